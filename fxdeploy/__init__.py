@@ -1,0 +1,51 @@
+"""fxdeploy: capture a PyTorch model as a graph, rewrite it for a target, lower it, run it.
+
+``import fxdeploy`` needs only torch, numpy, onnx, onnxscript and onnxruntime; every other
+runtime is imported when its target is used.
+"""
+
+from __future__ import annotations
+
+from fxdeploy import ops
+from fxdeploy.api import load, lower
+from fxdeploy.deployed import Deployed
+from fxdeploy.errors import (
+    ArtifactError,
+    CaptureError,
+    FxDeployError,
+    InputError,
+    LoweringError,
+    PassError,
+    TargetUnavailableError,
+)
+from fxdeploy.settings import Settings
+from fxdeploy.substitution import substitute
+from fxdeploy.targets import TargetStatus
+from fxdeploy.version import __version__
+
+
+def targets() -> dict[str, TargetStatus]:
+    """Every registered target, and whether it can run here (with the reason when it cannot)."""
+    from fxdeploy.targets import statuses
+
+    return statuses()
+
+
+__all__ = [
+    "ArtifactError",
+    "CaptureError",
+    "Deployed",
+    "FxDeployError",
+    "InputError",
+    "LoweringError",
+    "PassError",
+    "Settings",
+    "TargetStatus",
+    "TargetUnavailableError",
+    "__version__",
+    "load",
+    "lower",
+    "ops",
+    "substitute",
+    "targets",
+]

@@ -1,0 +1,175 @@
+"""``fxdeploy.lower`` and ``fxdeploy.load``: the two calls most users make."""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fxdeploy import artifact, structure, substitution
+from fxdeploy.capture import Captured, capture
+from fxdeploy.deployed import Deployed
+from fxdeploy.errors import LoweringError
+from fxdeploy.passes.base import PipelineReport, run_pipeline
+from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
+from fxdeploy.settings import Settings
+from fxdeploy.targets import LoweringJob, Target, get_target
+from fxdeploy.version import __version__
+
+logger = logging.getLogger(__name__)
+
+
+def lower(
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...] | torch.Tensor,
+    target: str = "onnxruntime",
+    dynamic_shapes: Any = None,
+    settings: Settings | None = None,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    substitutions: dict[Callable[..., Any], Any] | None = None,
+) -> Deployed:
+    """Capture ``model`` on ``inputs``, run ``target``'s passes, lower it, and load the result."""
+    settings = settings or Settings()
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    chosen = get_target(target)
+    chosen.require()
+    captured = capture(
+        model, args, kwargs, dynamic_shapes=dynamic_shapes,
+        substitutions=substitution.resolve(substitutions), settings=settings,
+    )
+    gm = captured.graph_module
+    gm.meta[OUTPUT_NAMES] = captured.output_names
+    gm, report = run_pipeline(gm, chosen.pipeline, settings)
+    return _lower_graph(chosen, captured, gm, report, settings)
+
+
+def _lower_graph(
+    chosen: Target, captured: Captured, gm: torch.fx.GraphModule, report: PipelineReport,
+    settings: Settings,
+) -> Deployed:
+    leaves = gm.meta[OUTPUT_LEAVES]
+    tensor_names = [leaf["name"] for leaf in leaves if leaf["kind"] != "constant"]
+    workdir = tempfile.TemporaryDirectory(prefix="fxdeploy-")
+    out_dir = Path(workdir.name)
+    job = LoweringJob(
+        gm, captured.example_inputs, captured.input_names, tensor_names,
+        captured.export_dynamic_shapes, settings, out_dir,
+    )
+    lowered = chosen.lower(job)
+    manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
+    manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}
+    executor = chosen.load(out_dir, manifest, settings)
+    deployed = Deployed(
+        executor, manifest, out_dir, keepalive=workdir, out_spec=captured.out_spec,
+        dataclass_template=captured.dataclass_template, unpacks=captured.unpacks, report=report,
+    )
+    if settings.verify:
+        manifest["info"]["verification"] = _verify(deployed, gm, captured, settings)
+        executor.timings.reset()
+    return deployed
+
+
+def _verify(
+    deployed: Deployed, gm: torch.fx.GraphModule, captured: Captured, settings: Settings
+) -> dict[str, float]:
+    """Run the artifact and the passed graph in PyTorch on the example inputs; they must agree."""
+    with torch.no_grad():
+        expected = gm(*captured.example_inputs)
+    got = deployed.execute(dict(zip(deployed.input_names, captured.example_inputs, strict=True)))
+    errors: dict[str, float] = {}
+    for name, want in zip(deployed.output_names, expected, strict=True):
+        have = got[name]
+        if tuple(have.shape) != tuple(want.shape):
+            raise LoweringError(
+                f"output {name!r}: the {deployed.target} artifact gives shape {tuple(have.shape)}, "
+                f"PyTorch gives {tuple(want.shape)} on the example inputs"
+            )
+        diff = (have.double() - want.double()).abs()
+        finite = torch.isfinite(want.double())
+        error = float(diff[finite].max()) if finite.any() else 0.0
+        scale = max(1.0, float(want.double()[finite].abs().max())) if finite.any() else 1.0
+        errors[name] = error
+        if error > settings.atol * scale:
+            raise LoweringError(
+                f"output {name!r}: the {deployed.target} artifact differs from PyTorch by {error:.3g} "
+                f"(tolerance {settings.atol * scale:.3g}) on the example inputs "
+                f"{[tuple(x.shape) for x in captured.example_inputs]}"
+            )
+    return errors
+
+
+def _manifest(
+    chosen: Target, captured: Captured, gm: torch.fx.GraphModule, leaves: list[dict[str, Any]],
+    tensor_names: list[str], settings: Settings, files: list[str], info: dict[str, Any],
+) -> dict[str, Any]:
+    output_node = next(n for n in gm.graph.nodes if n.op == "output")
+    values = [n.meta.get("val") for n in output_node.args[0]]
+    outputs = [
+        {"name": name, "dtype": _dtype(v), "shape": _shape(v, captured.symbol_names)}
+        for name, v in zip(tensor_names, values, strict=True)
+    ]
+    inputs = [
+        {"name": name, "dtype": _dtype(x), "shape": shape}
+        for name, x, shape in zip(captured.input_names, captured.example_inputs, captured.input_shapes, strict=True)
+    ]
+    plain_spec = pytree.tree_structure(structure.dataclasses_to_dicts(captured.eager_outputs))
+    return {
+        "schema_version": artifact.SCHEMA_VERSION,
+        "fxdeploy_version": __version__,
+        "target": chosen.name,
+        "runtime_version": chosen.version(),
+        "inputs": inputs,
+        "outputs": outputs,
+        "output_leaves": leaves,
+        "output_tree": structure.describe(captured.out_spec if captured.dataclass_template is None else plain_spec),
+        "input_tree": structure.describe(captured.in_spec),
+        "dims": {name: r.to_dict() for name, r in captured.dims.items()},
+        "settings": settings.to_dict(),
+        "files": dict.fromkeys(files, ""),
+        "info": dict(info, capture_mode=captured.mode, substitutions=captured.substitutions),
+    }
+
+
+def _dtype(value: Any) -> str:
+    return str(value.dtype).removeprefix("torch.") if isinstance(value, torch.Tensor) else "unknown"
+
+
+def _shape(value: Any, names: dict[str, str]) -> list[int | str]:
+    if not isinstance(value, torch.Tensor):
+        return []
+    shape: list[int | str] = []
+    for size in value.shape:
+        if isinstance(size, torch.SymInt):
+            text = str(size.node.expr)
+            shape.append(re.sub(r"\b[su]\d+\b", lambda m: names.get(m.group(0), m.group(0)), text))
+        else:
+            shape.append(int(size))
+    return shape
+
+
+def load(
+    directory: str | Path,
+    *,
+    settings: Settings | None = None,
+    unpack: Callable[[Any], Any] | None = None,
+) -> Deployed:
+    """Load a saved artifact. Only data is read: hashes are checked, nothing is unpickled or run."""
+    root, manifest = artifact.read_manifest(directory)
+    chosen = get_target(manifest["target"])
+    chosen.require()
+    if settings is None:
+        try:
+            settings = Settings.from_dict(manifest["settings"])
+        except (TypeError, ValueError) as exc:
+            from fxdeploy.errors import ArtifactError
+
+            raise ArtifactError(f"{root / artifact.MANIFEST}: settings: {exc}") from exc
+    executor = chosen.load(root, manifest, settings)
+    return Deployed(executor, manifest, root, unpacks=[unpack] if unpack else None)

@@ -1,0 +1,238 @@
+"""Capture: torch.export with fxdeploy's substitutions applied, into one flat GraphModule.
+
+Mode "auto" runs non-strict torch.export (fast, runs the model's Python for real) with method
+substitutions on the model's instances, and watches whether a substituted *function* was called.
+If one was, it captures again in strict mode (dynamo), where function substitutions apply as
+scoped polyfills. "strict" and "non_strict" force one path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx.graph import CodeGen
+from torch.utils import _pytree as pytree
+
+from fxdeploy import dims as dims_mod
+from fxdeploy import structure, substitution
+from fxdeploy.capture_errors import explain
+from fxdeploy.errors import CaptureError
+from fxdeploy.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Captured:
+    """A model as one flat graph: tensors in, a tuple of leaves out, plus how to rebuild both."""
+
+    graph_module: torch.fx.GraphModule
+    example_inputs: list[torch.Tensor]
+    input_names: list[str]
+    input_shapes: list[list[int | str]]
+    in_spec: pytree.TreeSpec
+    out_spec: pytree.TreeSpec
+    output_names: list[str]
+    dims: dict[str, dims_mod.DimRange]
+    symbol_names: dict[str, str]
+    export_dynamic_shapes: list[dict[int, Any] | None]
+    eager_outputs: Any
+    mode: str
+    substitutions: list[str] = field(default_factory=list)
+    unpacks: list[Callable[[Any], Any]] = field(default_factory=list)
+    dataclass_template: Any = None
+
+
+def capture(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    substitutions: list[substitution.Substitution] | None = None,
+    settings: Settings | None = None,
+) -> Captured:
+    settings = settings or Settings()
+    kwargs = dict(kwargs or {})
+    subs = list(substitutions or [])
+    flat_inputs, in_spec = pytree.tree_flatten((args, kwargs))
+    for i, leaf in enumerate(flat_inputs):
+        if not isinstance(leaf, torch.Tensor):
+            raise CaptureError(
+                f"input leaf #{i} is {type(leaf).__name__} ({leaf!r}); fxdeploy inputs must be "
+                "tensors (bake constants into the model, e.g. with functools.partial)"
+            )
+    export_shapes, opts = dims_mod.to_export_dynamic_shapes(dynamic_shapes, model.forward, args, kwargs)
+    with _eval_mode(model), torch.no_grad():
+        with substitution.on_instances(model, subs) as applied:
+            try:
+                eager_outputs = model(*args, **kwargs)
+            except Exception as exc:
+                raise CaptureError(
+                    f"{type(model).__name__} failed when run eagerly on the example inputs"
+                    f"{' with substitutions ' + ', '.join(applied) if applied else ''}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        template = eager_outputs if structure.has_unregistered_dataclass(eager_outputs) else None
+        target = _plain_outputs(model) if template is not None else model
+        ep, mode, applied = _export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
+    unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
+    return _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
+
+
+def _export(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    shapes: Any,
+    subs: list[substitution.Substitution],
+    mode: str,
+) -> tuple[torch.export.ExportedProgram, str, list[str]]:
+    functions = [s for s in subs if not s.is_method]
+    if mode in ("auto", "non_strict"):
+        try:
+            with substitution.on_instances(model, subs) as applied, substitution.watch_calls(
+                functions
+            ) as watch:
+                ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
+            if not watch.hits:
+                return ep, "non_strict", applied
+            logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
+        except Exception as exc:  # noqa: BLE001 - re-raised with an explanation, or retried strict
+            if mode == "non_strict":
+                raise CaptureError(explain(exc, model, subs)) from exc
+            logger.info("non-strict capture failed (%s); trying strict mode", type(exc).__name__)
+    try:
+        with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns:
+            ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=True)
+    except Exception as exc:  # noqa: BLE001
+        raise CaptureError(explain(exc, model, subs)) from exc
+    return ep, "strict", applied + fns
+
+
+def _flatten(
+    ep: torch.export.ExportedProgram,
+    model: torch.nn.Module,
+    eager_outputs: Any,
+    template: Any,
+    flat_inputs: list[torch.Tensor],
+    in_spec: pytree.TreeSpec,
+    opts: dict[str, int],
+    mode: str,
+    applied: list[str],
+    unpacks: list[Callable[[Any], Any]],
+) -> Captured:
+    user_inputs = list(ep.graph_signature.user_inputs)
+    fakes = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    user_fakes = [fakes[name] for name in user_inputs]
+    symbol_names = _symbol_names(user_fakes, ep)
+    observed = _observed_sizes(user_fakes, flat_inputs, symbol_names)
+    dims = dims_mod.dim_ranges(ep.range_constraints, symbol_names, opts, observed)
+    shapes = [dims_mod.symbolic_dims(x, f, ep.range_constraints, symbol_names) for x, f in zip(flat_inputs, user_fakes, strict=True)]
+    export_dims = {name: torch.export.Dim(name, min=r.min, max=r.max) for name, r in dims.items()}
+    export_shapes = [
+        {i: export_dims[s] for i, s in enumerate(shape) if isinstance(s, str)} or None for shape in shapes
+    ]
+    gm = ep.module(check_guards=False)
+    _make_flat(gm)
+    plain = structure.dataclasses_to_dicts(eager_outputs) if template is not None else eager_outputs
+    return Captured(
+        graph_module=gm,
+        example_inputs=list(flat_inputs),
+        input_names=[_clean(n) for n in user_inputs],
+        input_shapes=shapes,
+        in_spec=in_spec,
+        out_spec=ep.call_spec.out_spec,
+        output_names=structure.leaf_names(plain),
+        dims=dims,
+        symbol_names=symbol_names,
+        export_dynamic_shapes=export_shapes,
+        eager_outputs=eager_outputs,
+        mode=mode,
+        substitutions=applied,
+        unpacks=unpacks,
+        dataclass_template=template,
+    )
+
+
+def _symbol_names(fakes: list[Any], ep: torch.export.ExportedProgram) -> dict[str, str]:
+    """Symbols (s0, s77) → the names the user gave them through torch.export.Dim."""
+    names: dict[str, str] = {}
+    for fake in fakes:
+        if not isinstance(fake, torch.Tensor):
+            continue
+        for size in fake.shape:
+            if isinstance(size, torch.SymInt):
+                symbol = str(size.node.expr)
+                source = _dim_source_name(size)
+                names.setdefault(symbol, source or symbol)
+    return names
+
+
+def _dim_source_name(size: torch.SymInt) -> str | None:
+    """The torch.export.Dim name behind a symbol, if the user named one."""
+    shape_env = size.node.shape_env
+    debug_names = getattr(shape_env, "source_name_to_debug_name", {})
+    for source in getattr(shape_env, "var_to_sources", {}).get(size.node.expr, []):
+        name = debug_names.get(source.name)
+        if isinstance(name, str) and name.isidentifier():
+            return name
+    return None
+
+
+def _observed_sizes(fakes: list[Any], inputs: list[torch.Tensor], names: dict[str, str]) -> dict[str, int]:
+    observed: dict[str, int] = {}
+    for fake, real in zip(fakes, inputs, strict=True):
+        for size, actual in zip(fake.shape, real.shape, strict=True):
+            if isinstance(size, torch.SymInt):
+                observed[names.get(str(size.node.expr), str(size.node.expr))] = int(actual)
+    return observed
+
+
+def _make_flat(gm: torch.fx.GraphModule) -> None:
+    """Plain codegen: flat tensors in, a flat tuple out, no pytree (un)flattening or guard hooks."""
+    gm._forward_pre_hooks.clear()
+    gm.graph._codegen = CodeGen()
+    gm.recompile()
+
+
+def _clean(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def _plain_outputs(model: torch.nn.Module) -> torch.nn.Module:
+    """Wrap a model whose output holds dataclasses that pytree cannot flatten.
+
+    The wrapper keeps the model's forward signature, so dynamic_shapes keyed by input name
+    still bind.
+    """
+    signature = inspect.signature(model.forward)
+
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return structure.dataclasses_to_dicts(self.model(*args, **kwargs))
+
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self_param, *signature.parameters.values()]
+    )
+    wrapper = type("PlainOutputs", (torch.nn.Module,), {"forward": forward})()
+    wrapper.model = model
+    return wrapper
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Deployment means inference: capture in eval mode, and give the model back as it was."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training

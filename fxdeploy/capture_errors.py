@@ -1,0 +1,89 @@
+"""Turn a torch.export failure into a message that names the user's line and the fix."""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from typing import Any
+
+import torch
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>]+)')
+_INTERNAL = (
+    os.path.dirname(torch.__file__),
+    os.path.dirname(os.path.dirname(__file__)) + os.sep + "fxdeploy",
+    "<frozen ",
+    "contextlib.py",
+)
+_DATA_DEPENDENT = (
+    "GuardOnDataDependentSymNode",
+    "data-dependent",
+    "data dependent",
+    "Could not guard on data-dependent",
+    "unbacked",
+)
+
+
+def explain(exc: BaseException, model: Any, subs: Any) -> str:
+    frame = _user_frame(exc)
+    summary = _first_line(exc)
+    lines = [f"fxdeploy could not capture {type(model).__name__}: {type(exc).__name__}: {summary}"]
+    if frame is not None:
+        file, line, func, module = frame
+        lines.append(f"  tracing broke in {func}() at {file}:{line}")
+        code = _source_line(file, line)
+        if code:
+            lines.append(f"      {code}")
+        if _is_data_dependent(exc):
+            qualified = f"{module}.{func}" if module else func
+            lines.append(
+                "  This is data-dependent Python (NMS, boolean masks, per-image lists, len() of a "
+                "result). Register a tensor-only replacement that is used only while fxdeploy traces:"
+            )
+            lines.append(f"      @fxdeploy.substitute({qualified})")
+            lines.append(f"      def {func}_tensor_only(...): ...  # e.g. built on fxdeploy.ops.multiclass_nms")
+            lines.append("  or pass lower(..., substitutions={" + qualified + ": replacement}).")
+    active = [s.name for s in subs]
+    if active:
+        lines.append(f"  substitutions active during this capture: {', '.join(active)}")
+    return "\n".join(lines)
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}"
+    return any(marker in text for marker in _DATA_DEPENDENT)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _user_frame(exc: BaseException) -> tuple[str, int, str, str] | None:
+    """The innermost frame outside torch and fxdeploy: from the traceback, else from dynamo's text."""
+    best: tuple[str, int, str, str] | None = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        file = frame.f_code.co_filename
+        if not file.startswith(_INTERNAL) and not any(p in file for p in _INTERNAL[2:]):
+            best = (file, line, frame.f_code.co_name, frame.f_globals.get("__name__", ""))
+    cause = exc.__cause__ or exc.__context__
+    if best is None and cause is not None and cause is not exc:
+        best = _user_frame(cause)
+    if best is None:
+        for match in _FRAME.finditer(str(exc)):
+            file = match["file"]
+            if not file.startswith(_INTERNAL[:2]):
+                best = (file, int(match["line"]), match["func"], "")
+    return best
+
+
+def _source_line(file: str, line: int) -> str:
+    try:
+        with open(file, encoding="utf-8") as handle:
+            for number, text in enumerate(handle, start=1):
+                if number == line:
+                    return text.strip()
+    except OSError:
+        return ""
+    return ""

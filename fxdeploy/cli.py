@@ -1,0 +1,164 @@
+"""The ``fxdeploy`` command line: lower, run, check-env (bench, compare, export-triton join later)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except Exception as exc:  # noqa: BLE001 - a CLI prints the error, not a traceback
+        from fxdeploy.errors import FxDeployError
+
+        if args.verbose or not isinstance(exc, (FxDeployError, ValueError, FileNotFoundError, TypeError)):
+            raise
+        print(f"fxdeploy: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fxdeploy", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    lower = sub.add_parser("lower", help="capture, pass and lower a model into an artifact directory")
+    lower.add_argument("model", help="file.py:factory or package.module:factory returning (model, inputs)")
+    lower.add_argument("--target", default="onnxruntime")
+    lower.add_argument("--out", required=True, help="artifact directory to write (atomically)")
+    lower.add_argument(
+        "--dynamic", action="append", default=[], metavar="INPUT:DIM[:NAME[:MIN:MAX]]",
+        help="mark a dim dynamic, e.g. x:0:batch:1:32 (repeatable)",
+    )
+    lower.add_argument("--threads", type=int, default=None)
+    lower.set_defaults(func=_cmd_lower)
+
+    run = sub.add_parser("run", help="run an artifact on random (or given .npz) inputs and time it")
+    run.add_argument("artifact")
+    run.add_argument("--inputs", help=".npz file with one array per input name")
+    run.add_argument("--runs", type=int, default=20)
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.set_defaults(func=_cmd_run)
+
+    env = sub.add_parser("check-env", help="list targets: available, version, and what to install")
+    env.add_argument("--json", action="store_true")
+    env.set_defaults(func=_cmd_check_env)
+    return parser
+
+
+def parse_dynamic(items: Sequence[str]) -> dict[str, dict[int, Any]] | None:
+    if not items:
+        return None
+    shapes: dict[str, dict[int, Any]] = {}
+    for item in items:
+        parts = item.split(":")
+        if len(parts) not in (2, 3, 5):
+            raise ValueError(f"--dynamic {item!r}: expected INPUT:DIM, INPUT:DIM:NAME or INPUT:DIM:NAME:MIN:MAX")
+        name, dim = parts[0], int(parts[1])
+        dim_name = parts[2] if len(parts) >= 3 else f"{name}_{dim}"
+        spec: Any = (dim_name, int(parts[3]), int(parts[4])) if len(parts) == 5 else dim_name
+        shapes.setdefault(name, {})[dim] = spec
+    return shapes
+
+
+def _cmd_lower(args: argparse.Namespace) -> int:
+    import dataclasses
+    import time
+
+    import fxdeploy
+    from fxdeploy.model_spec import load_factory
+
+    model, inputs = load_factory(args.model)
+    settings = fxdeploy.Settings()
+    if args.threads is not None:
+        settings = dataclasses.replace(settings, threads=args.threads)
+    start = time.perf_counter()
+    deployed = fxdeploy.lower(
+        model, inputs, target=args.target, dynamic_shapes=parse_dynamic(args.dynamic), settings=settings
+    )
+    elapsed = time.perf_counter() - start
+    path = deployed.save(args.out)
+    errors = deployed.manifest["info"].get("verification", {})
+    print(f"lowered {type(model).__name__} to {args.target} in {elapsed:.2f} s -> {path}")
+    print(f"  {deployed!r}")
+    if errors:
+        print(f"  max abs error vs PyTorch: {max(errors.values()):.3g}")
+    return 0
+
+
+def random_inputs(manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Inputs that fit the manifest: each dynamic dim at its opt value."""
+    from fxdeploy.deployed import DTYPES
+
+    feeds: dict[str, torch.Tensor] = {}
+    generator = torch.Generator().manual_seed(0)
+    for spec in manifest["inputs"]:
+        shape = [d if isinstance(d, int) else manifest["dims"][d]["opt"] for d in spec["shape"]]
+        dtype = DTYPES[spec["dtype"]]
+        if dtype.is_floating_point:
+            feeds[spec["name"]] = torch.randn(shape, generator=generator).to(dtype)
+        elif dtype == torch.bool:
+            feeds[spec["name"]] = torch.randint(0, 2, shape, generator=generator).bool()
+        else:
+            feeds[spec["name"]] = torch.randint(0, 10, shape, generator=generator).to(dtype)
+    return feeds
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import fxdeploy
+
+    deployed = fxdeploy.load(args.artifact)
+    if args.inputs:
+        with np.load(args.inputs, allow_pickle=False) as data:
+            feeds = {name: torch.from_numpy(data[name]) for name in data.files}
+    else:
+        feeds = random_inputs(deployed.manifest)
+    outputs: dict[str, torch.Tensor] = {}
+    for _ in range(max(1, args.runs)):
+        outputs = deployed.execute(feeds)
+    stats = deployed.stats.as_dict()
+    summary = {
+        name: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
+               "head": t.flatten()[:5].tolist()}
+        for name, t in outputs.items()
+    }
+    if args.json:
+        print(json.dumps({"target": deployed.target, "outputs": summary, "stats_ms": stats}))
+        return 0
+    print(f"{deployed!r}")
+    for name, info in summary.items():
+        print(f"  {name}: {info['dtype']}{info['shape']} {info['head']}")
+    print("  execute ms: " + ", ".join(f"{k}={v:.3f}" if k != "count" else f"{k}={v}" for k, v in stats.items()))
+    return 0
+
+
+def _cmd_check_env(args: argparse.Namespace) -> int:
+    import fxdeploy
+
+    rows = fxdeploy.targets()
+    if args.json:
+        print(json.dumps({n: {"available": s.available, "version": s.version, "reason": s.reason}
+                          for n, s in rows.items()}))
+        return 0
+    print(f"fxdeploy {fxdeploy.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
+    width = max(len(n) for n in rows)
+    for name, status in rows.items():
+        mark = "yes" if status.available else "no "
+        detail = status.version if status.available else status.reason
+        print(f"  {name:<{width}}  {mark}  {detail}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Deployed: the model, callable as before, backed by an engine. Validation lives here, untimed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from fxdeploy import artifact, structure
+from fxdeploy.errors import InputError
+from fxdeploy.runtime.executor import Executor, Stats
+
+DTYPES: dict[str, torch.dtype] = {
+    str(dtype).removeprefix("torch."): dtype
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
+                  torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+}
+
+
+class Deployed:
+    """A lowered model. ``dep(*inputs)`` returns the model's structure; ``execute`` is dict to dict."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        manifest: dict[str, Any],
+        directory: Path,
+        *,
+        keepalive: Any = None,
+        out_spec: pytree.TreeSpec | None = None,
+        dataclass_template: Any = None,
+        unpacks: list[Callable[[Any], Any]] | None = None,
+        report: Any = None,
+    ) -> None:
+        self.executor = executor
+        self.manifest = manifest
+        self.report = report
+        self._directory = directory
+        self._keepalive = keepalive  # the TemporaryDirectory holding files until save()
+        self._out_spec = out_spec
+        self._template = dataclass_template
+        self._unpacks = list(unpacks or [])
+        self._inputs = [(i["name"], DTYPES[i["dtype"]], i["shape"]) for i in manifest["inputs"]]
+        self._names = [name for name, _, _ in self._inputs]
+        self._dims = manifest["dims"]
+        self._leaves = manifest["output_leaves"]
+        self._lock = None if executor.thread_safe else threading.Lock()
+
+    @property
+    def target(self) -> str:
+        return self.manifest["target"]
+
+    @property
+    def stats(self) -> Stats:
+        return self.executor.stats
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self._names)
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o["name"] for o in self.manifest["outputs"]]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat = pytree.tree_leaves((args, kwargs), is_leaf=lambda x: isinstance(x, np.ndarray))
+        if len(flat) != len(self._inputs):
+            raise InputError(
+                f"expected {len(self._inputs)} input(s) ({', '.join(self._names)}), got {len(flat)}"
+            )
+        outputs = self._run(self._feeds(flat))
+        return self._rebuild(outputs)
+
+    def execute(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
+        if not isinstance(feeds, dict):
+            raise InputError(f"execute() takes a dict of input name to tensor, got {type(feeds).__name__}")
+        missing = [n for n in self._names if n not in feeds]
+        unknown = sorted(set(feeds) - set(self._names))
+        if missing or unknown:
+            raise InputError(
+                f"execute() inputs: expected names {self._names}; missing {missing}, unknown {unknown}"
+            )
+        return self._run(self._feeds([feeds[n] for n in self._names]))
+
+    def save(self, directory: str | Path) -> Path:
+        return artifact.save(self.manifest, self._directory, directory)
+
+    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self._lock is None:
+            return self.executor.execute(feeds)
+        with self._lock:
+            return self.executor.execute(feeds)
+
+    def _feeds(self, values: list[Any]) -> dict[str, torch.Tensor]:
+        seen: dict[str, tuple[int, str]] = {}
+        feeds: dict[str, torch.Tensor] = {}
+        for (name, dtype, shape), value in zip(self._inputs, values, strict=True):
+            feeds[name] = self._check(name, dtype, shape, value, seen)
+        return feeds
+
+    def _check(
+        self, name: str, dtype: torch.dtype, shape: list[int | str], value: Any,
+        seen: dict[str, tuple[int, str]],
+    ) -> torch.Tensor:
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(np.ascontiguousarray(value))
+        if not isinstance(value, torch.Tensor):
+            raise InputError(f"input {name!r}: expected a tensor, got {type(value).__name__}")
+        if value.dtype != dtype:
+            raise InputError(f"input {name!r}: expected dtype {_dt(dtype)}, got {_dt(value.dtype)}")
+        if value.dim() != len(shape):
+            raise InputError(
+                f"input {name!r}: expected rank {len(shape)} (shape {_fmt(shape)}), "
+                f"got rank {value.dim()} (shape {tuple(value.shape)})"
+            )
+        for axis, (want, got) in enumerate(zip(shape, value.shape, strict=True)):
+            if isinstance(want, int):
+                if want != got:
+                    raise InputError(
+                        f"input {name!r}: dim {axis} must be {want} (shape {_fmt(shape)}), got {got}"
+                    )
+                continue
+            self._check_dim(name, axis, want, int(got), seen)
+        if value.device.type != "cpu":
+            value = value.cpu()
+        if value.requires_grad:
+            value = value.detach()
+        return value if value.is_contiguous() else value.contiguous()
+
+    def _check_dim(
+        self, name: str, axis: int, dim: str, got: int, seen: dict[str, tuple[int, str]]
+    ) -> None:
+        bounds = self._dims.get(dim)
+        if bounds is not None and not bounds["min"] <= got <= bounds["max"]:
+            raise InputError(
+                f"input {name!r}: dim {axis} ({dim}) must be in [{bounds['min']}, {bounds['max']}], "
+                f"got {got}"
+            )
+        if dim in seen and seen[dim][0] != got:
+            raise InputError(
+                f"input {name!r}: dim {axis} ({dim}) is {got}, but input {seen[dim][1]!r} has "
+                f"{dim} = {seen[dim][0]}; they must be equal"
+            )
+        seen[dim] = (got, name)
+
+    def _rebuild(self, outputs: dict[str, torch.Tensor]) -> Any:
+        leaves: list[Any] = []
+        for leaf in self._leaves:
+            if leaf["kind"] == "constant":
+                leaves.append(leaf["value"])
+            elif leaf["kind"] == "scalar":
+                cast = {"int": int, "float": float, "bool": bool}[leaf["type"]]
+                leaves.append(cast(outputs[leaf["name"]].item()))
+            else:
+                leaves.append(outputs[leaf["name"]])
+        if self._out_spec is None:
+            result = structure.rebuild(self.manifest["output_tree"], leaves)
+        else:
+            result = pytree.tree_unflatten(leaves, self._out_spec)
+            if self._template is not None:
+                result = structure.dicts_to_dataclasses(self._template, result)
+        for unpack in self._unpacks:
+            result = unpack(result)
+        return result
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(f"{n}: {_dt(d)}{_fmt(s)}" for n, d, s in self._inputs)
+        return f"Deployed(target={self.target!r}, inputs=[{inputs}], outputs={self.output_names})"
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _fmt(shape: list[int | str]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"

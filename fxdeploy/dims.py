@@ -1,0 +1,127 @@
+"""Dynamic dimensions: the user's spellings, torch.export's Dims, and the manifest's ranges."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.export import Dim
+
+INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class DimRange:
+    name: str
+    min: int
+    max: int
+    opt: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"min": self.min, "opt": self.opt, "max": self.max}
+
+
+def _dim_from(spec: Any, where: str, cache: dict[str, Any], opts: dict[str, int]) -> Any:
+    """One dim's spec: a name, a Dim, (name, min, max), (name, min, opt, max) or a dict."""
+    if spec is None or isinstance(spec, type(Dim.AUTO)):
+        return spec
+    if hasattr(spec, "__name__") and hasattr(spec, "min"):  # a torch.export Dim
+        return spec
+    if isinstance(spec, str):
+        name, lo, opt, hi = spec, 1, None, INT_MAX
+    elif isinstance(spec, Mapping):
+        name, lo, hi = spec["name"], int(spec.get("min", 1)), int(spec.get("max", INT_MAX))
+        opt = spec.get("opt")
+    elif isinstance(spec, Sequence) and len(spec) in (3, 4) and isinstance(spec[0], str):
+        name, lo, hi = spec[0], int(spec[1]), int(spec[-1])
+        opt = spec[2] if len(spec) == 4 else None
+    else:
+        raise TypeError(
+            f"dynamic_shapes{where}: expected a dim name, a torch.export.Dim, (name, min, max) or "
+            f"(name, min, opt, max); got {spec!r}"
+        )
+    if not name.isidentifier():
+        raise ValueError(f"dynamic_shapes{where}: dim name must be an identifier, got {name!r}")
+    if opt is not None:
+        opts[name] = int(opt)
+    if name in cache:
+        if (cache[name].min, cache[name].max) != (lo, hi):
+            raise ValueError(
+                f"dynamic_shapes{where}: dim {name!r} is used with range [{lo}, {hi}] here and "
+                f"[{cache[name].min}, {cache[name].max}] elsewhere"
+            )
+        return cache[name]
+    cache[name] = Dim(name, min=lo, max=hi)
+    return cache[name]
+
+
+def to_export_dynamic_shapes(
+    dynamic_shapes: Any, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, dict[str, int]]:
+    """Return (torch.export dynamic_shapes, {dim name: opt value given by the user})."""
+    if dynamic_shapes is None:
+        return None, {}
+    cache: dict[str, Any] = {}
+    opts: dict[str, int] = {}
+
+    def per_input(spec: Any, where: str) -> Any:
+        if spec is None:
+            return None
+        if isinstance(spec, Mapping):
+            return {int(d): _dim_from(s, f"{where}[{d}]", cache, opts) for d, s in spec.items()}
+        if isinstance(spec, (list, tuple)):
+            return type(spec)(_dim_from(s, f"{where}[{i}]", cache, opts) for i, s in enumerate(spec))
+        raise TypeError(f"dynamic_shapes{where}: expected a dict or tuple of dims, got {spec!r}")
+
+    if isinstance(dynamic_shapes, Mapping):
+        names = list(inspect.signature(forward).bind(*args, **kwargs).arguments)
+        unknown = sorted(set(dynamic_shapes) - set(names))
+        if unknown:
+            raise ValueError(
+                f"dynamic_shapes names {unknown} are not inputs of the model; inputs are {names}"
+            )
+        return {n: per_input(dynamic_shapes.get(n), f"[{n!r}]") for n in names}, opts
+    return type(dynamic_shapes)(
+        per_input(s, f"[{i}]") for i, s in enumerate(dynamic_shapes)
+    ), opts
+
+
+def symbolic_dims(
+    example: torch.Tensor | Any, fake: Any, ranges: Mapping[Any, Any], names: dict[str, str]
+) -> list[int | str]:
+    """Shape of one input as the manifest writes it: ints, or the name of a dynamic dim."""
+    if not isinstance(fake, torch.Tensor):
+        return []
+    out: list[int | str] = []
+    for size in fake.shape:
+        if isinstance(size, torch.SymInt):
+            symbol = str(size.node.expr)
+            out.append(names.get(symbol, symbol))
+        else:
+            out.append(int(size))
+    return out
+
+
+def dim_ranges(
+    ranges: Mapping[Any, Any], names: dict[str, str], opts: dict[str, int], observed: dict[str, int]
+) -> dict[str, DimRange]:
+    """Map each dynamic symbol's value range onto its user-facing name."""
+    result: dict[str, DimRange] = {}
+    for symbol, value_range in ranges.items():
+        name = names.get(str(symbol), str(symbol))
+        lo = int(value_range.lower)
+        hi = _finite_or(value_range.upper, INT_MAX)
+        opt = opts.get(name, observed.get(name, lo))
+        result[name] = DimRange(name, lo, hi, opt)
+    return result
+
+
+def _finite_or(bound: Any, default: int) -> int:
+    """sympy/torch infinities (oo, int_oo) become ``default``; finite bounds are clamped to it."""
+    try:
+        return min(int(bound), default)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return default

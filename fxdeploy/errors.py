@@ -1,0 +1,35 @@
+"""Exception types. Every failure fxdeploy reports is one of these, so callers can catch them."""
+
+from __future__ import annotations
+
+
+class FxDeployError(Exception):
+    """Base class of every error fxdeploy raises on purpose."""
+
+
+class CaptureError(FxDeployError):
+    """The model could not be captured as a graph."""
+
+
+class PassError(FxDeployError):
+    """A graph pass failed; the message names the pass and what ran before it."""
+
+
+class LoweringError(FxDeployError):
+    """The captured graph could not be lowered for the chosen target."""
+
+
+class InputError(FxDeployError, ValueError):
+    """Inputs given to a Deployed model do not match its manifest."""
+
+
+class ArtifactError(FxDeployError):
+    """An artifact directory is missing, corrupt, tampered with or from an unknown schema."""
+
+
+class TargetUnavailableError(FxDeployError, ImportError):
+    """The runtime a target needs is not installed here."""
+
+
+class RegistryError(FxDeployError):
+    """A registry got a duplicate or an unknown key."""

@@ -1,0 +1,1 @@
+"""Lowering: a passed GraphModule becomes files a runtime can load (ONNX, TorchScript, ...)."""

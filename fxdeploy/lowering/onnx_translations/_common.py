@@ -1,0 +1,73 @@
+"""Pieces shared by the multiclass_nms translations: constants, score masking, output padding.
+
+The translations are plain Python functions that torch.onnx's dynamo exporter *traces*: tensors
+arrive as graph values, and float/int/bool arguments as Python values, so Python branches on
+those arguments choose the graph and cost nothing at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import numpy_helper
+from onnxscript import opset18 as op
+
+NEG_INF = float("-inf")
+
+
+def const(value: Any, dtype: type = np.int64) -> Any:
+    """A Constant node holding ``value`` (scalar or nested list) with the given numpy dtype."""
+    return op.Constant(value=numpy_helper.from_array(np.asarray(value, dtype=dtype)))
+
+
+def static_dim(value: Any, axis: int) -> int | None:
+    """The static size of ``value`` along ``axis``, or None when symbolic or unknown."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return None
+    dim = shape[axis]
+    return dim if isinstance(dim, int) else None
+
+
+def rank(value: Any) -> int:
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        raise ValueError("multiclass_nms lowering needs the rank of boxes; the exporter gave none")
+    return len(shape)
+
+
+def dim(value: Any, axis: int) -> Any:
+    """The size of ``value`` along ``axis`` as a 1-element int64 tensor (folded when static)."""
+    size = static_dim(value, axis)
+    if size is not None:
+        return const([size])
+    return op.Shape(value, start=axis, end=axis + 1)
+
+
+def without_background(scores: Any, num_classes: Any, background_label_id: int) -> Any:
+    """float32 scores where the background class is -inf, so it is never a candidate."""
+    s = op.Cast(scores, to=1)
+    if background_label_id < 0:
+        return s
+    classes = op.Range(const(0), op.Squeeze(num_classes, const([0])), const(1))
+    return op.Where(op.Equal(classes, const(background_label_id)), const(NEG_INF, np.float32), s)
+
+
+def nan_to_neg_inf(scores: Any) -> Any:
+    """NaN scores as -inf. NonMaxSuppression needs no help (any threshold test fails on NaN),
+    but ReduceMax and TopK would let a NaN win, so ranking code uses this first."""
+    return op.Where(op.IsNaN(scores), const(NEG_INF, np.float32), scores)
+
+
+def pre_top_k_boxes(scores: Any, pre_top_k: int, num_boxes: Any) -> Any:
+    """[B, k] indices of the pre_top_k boxes by max-over-classes score, in increasing box order.
+
+    TopK breaks ties by the lower index, as the spec asks. Sorting the chosen indices back into
+    box order keeps NMS's own tie rule (lower box index first) working on the gathered subset.
+    """
+    best = op.ReduceMax(nan_to_neg_inf(scores), const([2]), keepdims=0)
+    k = op.Min(const([pre_top_k]), num_boxes)
+    _, top = op.TopK(best, k, axis=1, largest=1, sorted=1)
+    ordered, _ = op.TopK(op.Neg(top), k, axis=1, largest=1, sorted=1)
+    return op.Neg(ordered)

@@ -1,0 +1,85 @@
+"""The Executor contract: ``execute(feeds) -> outputs`` runs the engine and nothing else, timed."""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Latency of execute calls in milliseconds (over the most recent ``window`` samples)."""
+
+    count: int
+    mean: float
+    median: float
+    p90: float
+    p99: float
+    min: float
+    max: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class TimingRecorder:
+    """A bounded ring of samples, so a long-running service does not grow without limit."""
+
+    def __init__(self, window: int = 65536) -> None:
+        self._samples = np.zeros(window, dtype=np.int64)
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def record(self, nanoseconds: int) -> None:
+        with self._lock:
+            self._samples[self._count % len(self._samples)] = nanoseconds
+            self._count += 1
+
+    def stats(self) -> Stats:
+        with self._lock:
+            count = self._count
+            samples = self._samples[: min(count, len(self._samples))].astype(np.float64) / 1e6
+        if count == 0:
+            nan = float("nan")
+            return Stats(0, nan, nan, nan, nan, nan, nan)
+        p50, p90, p99 = np.percentile(samples, [50, 90, 99])
+        return Stats(
+            count, float(samples.mean()), float(p50), float(p90), float(p99),
+            float(samples.min()), float(samples.max()),
+        )
+
+    def reset(self) -> None:
+        with self._lock:
+            self._count = 0
+
+
+class Executor(abc.ABC):
+    """Runs one lowered artifact. Subclasses implement ``_run``; ``execute`` adds the timing."""
+
+    thread_safe: bool = True
+    """False where concurrent calls into the engine are unsafe; Deployed then serializes them."""
+
+    def __init__(self) -> None:
+        self.timings = TimingRecorder()
+
+    def execute(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        start = time.perf_counter_ns()
+        outputs = self._run(feeds)
+        self._synchronize()
+        self.timings.record(time.perf_counter_ns() - start)
+        return outputs
+
+    @property
+    def stats(self) -> Stats:
+        return self.timings.stats()
+
+    @abc.abstractmethod
+    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+    def _synchronize(self) -> None:
+        """Engines that run asynchronously on a device wait here, inside the timed region."""

@@ -1,0 +1,120 @@
+"""Output structure: flat leaves in, the model's own Python structure out.
+
+In-process, a Deployed keeps torch's TreeSpec and rebuilds exactly what the model returned
+(ModelOutput, namedtuple, dataclass). An artifact stores a JSON description built from plain
+containers only, so loading never imports or constructs a type named in a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+_NAME_OK = re.compile(r"[^A-Za-z0-9_.]")
+
+
+def leaf_names(tree: Any) -> list[str]:
+    """Stable, readable names for every leaf: 'logits', 'boxes.0', 'output'."""
+    flat, _ = pytree.tree_flatten_with_path(tree)
+    names: list[str] = []
+    for path, _leaf in flat:
+        parts = [_key_text(k) for k in path]
+        name = _NAME_OK.sub("_", ".".join(parts)) or "output"
+        while name in names:
+            name += "_"
+        names.append(name)
+    return names
+
+
+def _key_text(key: Any) -> str:
+    for attribute in ("key", "idx", "name"):
+        if hasattr(key, attribute):
+            return str(getattr(key, attribute))
+    return str(key)
+
+
+def describe(spec: pytree.TreeSpec) -> dict[str, Any]:
+    """JSON-safe description of a TreeSpec using only dict, list, tuple and leaves."""
+    if spec.is_leaf():
+        return {"kind": "leaf"}
+    children = [describe(c) for c in spec.children()]
+    if spec.type is tuple or (isinstance(spec.type, type) and issubclass(spec.type, tuple)):
+        return {"kind": "tuple", "children": children}
+    if spec.type is list:
+        return {"kind": "list", "children": children}
+    keys = _keys_of(spec)
+    if keys is not None:
+        return {"kind": "dict", "keys": keys, "children": children}
+    return {"kind": "list", "children": children}
+
+
+def _keys_of(spec: pytree.TreeSpec) -> list[str] | None:
+    context = spec.context
+    if isinstance(context, (list, tuple)) and all(isinstance(k, str) for k in context):
+        return list(context)
+    if isinstance(context, (list, tuple)) and len(context) == 2:  # (keys, ...) style contexts
+        first = context[0]
+        if isinstance(first, (list, tuple)) and all(isinstance(k, str) for k in first):
+            return list(first)
+    return None
+
+
+def rebuild(description: dict[str, Any], leaves: list[Any]) -> Any:
+    iterator = iter(leaves)
+    result = _rebuild(description, iterator)
+    return result
+
+
+def _rebuild(node: dict[str, Any], leaves: Any) -> Any:
+    kind = node["kind"]
+    if kind == "leaf":
+        return next(leaves)
+    values = [_rebuild(child, leaves) for child in node["children"]]
+    if kind == "dict":
+        return dict(zip(node["keys"], values, strict=True))
+    return tuple(values) if kind == "tuple" else values
+
+
+def count_leaves(description: dict[str, Any]) -> int:
+    if description["kind"] == "leaf":
+        return 1
+    return sum(count_leaves(c) for c in description["children"])
+
+
+def has_unregistered_dataclass(tree: Any) -> bool:
+    leaves = pytree.tree_leaves(tree)
+    return any(dataclasses.is_dataclass(leaf) and not isinstance(leaf, type) for leaf in leaves)
+
+
+def dataclasses_to_dicts(tree: Any) -> Any:
+    """Turn dataclasses that pytree does not know into dicts, so torch.export can flatten them."""
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        return {f.name: dataclasses_to_dicts(getattr(tree, f.name)) for f in dataclasses.fields(tree)}
+    if isinstance(tree, dict):
+        return {k: dataclasses_to_dicts(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
+        return type(tree)(dataclasses_to_dicts(v) for v in tree)
+    return tree
+
+
+def dicts_to_dataclasses(template: Any, plain: Any) -> Any:
+    """Inverse of dataclasses_to_dicts, guided by the eager output's types."""
+    if dataclasses.is_dataclass(template) and not isinstance(template, type):
+        values = {
+            f.name: dicts_to_dataclasses(getattr(template, f.name), plain[f.name])
+            for f in dataclasses.fields(template)
+        }
+        return type(template)(**values)
+    if isinstance(template, dict) and isinstance(plain, dict):
+        return {k: dicts_to_dataclasses(template[k], plain[k]) for k in template}
+    if isinstance(template, (list, tuple)) and not hasattr(template, "_fields"):
+        return type(template)(dicts_to_dataclasses(t, p) for t, p in zip(template, plain, strict=True))
+    return plain
+
+
+def is_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)

@@ -1,0 +1,161 @@
+"""Trace-time substitutions, applied only while fxdeploy captures a model.
+
+A substitution maps a library callable to a tensor-only replacement. fxdeploy never assigns to a
+library module or class: plain functions are handed to dynamo's polyfill table for the duration
+of one strict capture, and methods are overridden on the model's own instances only. Both are
+undone in a ``finally``, so eager behaviour is unchanged after ``lower()`` returns or raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fxdeploy.errors import RegistryError
+
+
+@dataclass(frozen=True)
+class Substitution:
+    target: Callable[..., Any]
+    replacement: Callable[..., Any]
+    unpack: Callable[[Any], Any] | None = None
+    """Host-side: turns the deployed model's tensor outputs back into the eager structure."""
+
+    @property
+    def name(self) -> str:
+        module = getattr(self.target, "__module__", "?")
+        return f"{module}.{getattr(self.target, '__qualname__', repr(self.target))}"
+
+    @property
+    def attribute(self) -> str:
+        return self.target.__name__
+
+    @property
+    def is_method(self) -> bool:
+        qualname = getattr(self.target, "__qualname__", "")
+        return "." in qualname and not qualname.rsplit(".", 1)[0].endswith("<locals>")
+
+
+_REGISTRY: dict[Callable[..., Any], Substitution] = {}
+
+
+def substitute(
+    target: Callable[..., Any], *, unpack: Callable[[Any], Any] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``replacement`` for ``target`` in every later capture. A duplicate is an error."""
+
+    def register(replacement: Callable[..., Any]) -> Callable[..., Any]:
+        if target in _REGISTRY:
+            raise RegistryError(
+                f"a substitution for {Substitution(target, replacement).name} is already registered "
+                f"({_REGISTRY[target].replacement.__qualname__}); unregister it first"
+            )
+        _REGISTRY[target] = Substitution(target, replacement, unpack)
+        return replacement
+
+    return register
+
+
+def unregister(target: Callable[..., Any]) -> None:
+    if _REGISTRY.pop(target, None) is None:
+        raise RegistryError(f"no substitution is registered for {target!r}")
+
+
+def registered() -> list[Substitution]:
+    return list(_REGISTRY.values())
+
+
+def resolve(
+    extra: dict[Callable[..., Any], Callable[..., Any] | Substitution] | None,
+) -> list[Substitution]:
+    """Built-ins, then registered ones, then per-call ones (which win over registered ones)."""
+    from fxdeploy.builtin_substitutions import builtin_substitutions
+
+    chosen: dict[Callable[..., Any], Substitution] = {s.target: s for s in builtin_substitutions()}
+    chosen.update(_REGISTRY)
+    for target, value in (extra or {}).items():
+        chosen[target] = value if isinstance(value, Substitution) else Substitution(target, value)
+    return list(chosen.values())
+
+
+@contextlib.contextmanager
+def on_instances(model: torch.nn.Module, subs: Iterable[Substitution]) -> Iterator[list[str]]:
+    """Override substituted methods on the model's own objects; the classes stay untouched."""
+    applied: list[tuple[Any, str, bool, Any]] = []
+    names: list[str] = []
+    try:
+        for sub in subs:
+            if not sub.is_method:
+                continue
+            for obj in _reachable_objects(model):
+                if getattr(type(obj), sub.attribute, None) is not sub.target:
+                    continue
+                had = sub.attribute in obj.__dict__
+                applied.append((obj, sub.attribute, had, obj.__dict__.get(sub.attribute)))
+                obj.__dict__[sub.attribute] = types.MethodType(sub.replacement, obj)
+                if sub.name not in names:
+                    names.append(sub.name)
+        yield names
+    finally:
+        for obj, attribute, had, previous in reversed(applied):
+            if had:
+                obj.__dict__[attribute] = previous
+            else:
+                obj.__dict__.pop(attribute, None)
+
+
+def _reachable_objects(model: torch.nn.Module) -> Iterator[Any]:
+    """Modules of the model and the plain objects they hold (a processor, a post-processor)."""
+    seen: set[int] = set()
+    for module in model.modules():
+        for obj in (module, *module.__dict__.values()):
+            if id(obj) in seen or isinstance(obj, (torch.Tensor, type, types.ModuleType)):
+                continue
+            seen.add(id(obj))
+            if hasattr(obj, "__dict__"):
+                yield obj
+
+
+@contextlib.contextmanager
+def in_dynamo(subs: Iterable[Substitution]) -> Iterator[list[str]]:
+    """Register plain-function substitutions as dynamo polyfills for one strict capture."""
+    from fxdeploy import _dynamo_polyfill
+
+    functions = [s for s in subs if not s.is_method and isinstance(s.target, types.FunctionType)]
+    with _dynamo_polyfill.scoped({s.target: s.replacement for s in functions}):
+        yield [s.name for s in functions]
+
+
+@dataclass
+class CallWatch:
+    """Records whether any watched function ran, without changing what runs."""
+
+    codes: dict[types.CodeType, str]
+    hits: list[str] = field(default_factory=list)
+
+    def __call__(self, frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            name = self.codes.get(frame.f_code)
+            if name is not None and name not in self.hits:
+                self.hits.append(name)
+
+
+@contextlib.contextmanager
+def watch_calls(subs: Iterable[Substitution]) -> Iterator[CallWatch]:
+    codes = {s.target.__code__: s.name for s in subs if hasattr(s.target, "__code__")}
+    watch = CallWatch(codes)
+    if not codes:
+        yield watch
+        return
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        yield watch
+    finally:
+        sys.setprofile(previous)

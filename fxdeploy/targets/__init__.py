@@ -1,0 +1,140 @@
+"""Target registry: each target bundles a pass pipeline, a lowering and an executor.
+
+Built-in targets are registered explicitly by ``builtin.register_all``; third-party targets come
+through the ``fxdeploy.targets`` entry-point group. A duplicate name is an error.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fxdeploy.errors import RegistryError, TargetUnavailableError
+from fxdeploy.passes.base import Pass
+from fxdeploy.runtime.executor import Executor
+from fxdeploy.settings import Settings
+
+logger = logging.getLogger(__name__)
+ENTRY_POINT_GROUP = "fxdeploy.targets"
+
+
+@dataclass
+class LoweringJob:
+    """Everything a target's lowering gets: the passed graph and how its inputs and outputs look."""
+
+    graph_module: torch.fx.GraphModule
+    example_inputs: list[torch.Tensor]
+    input_names: list[str]
+    output_names: list[str]
+    dynamic_shapes: list[dict[int, Any] | None]
+    settings: Settings
+    out_dir: Path
+
+
+@dataclass
+class Lowered:
+    files: list[str]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    pipeline: Sequence[Pass]
+    lower: Callable[[LoweringJob], Lowered]
+    load: Callable[[Path, dict[str, Any], Settings], Executor]
+    version: Callable[[], str | None]
+    install_hint: str
+    backend_name: str | None = None
+    unavailable_reason: Callable[[], str | None] | None = None
+
+    def reason(self) -> str | None:
+        """None when the target can run here; otherwise why not, and what to install."""
+        if self.unavailable_reason is not None:
+            return self.unavailable_reason()
+        if self.version() is None:
+            return f"not installed: {self.install_hint}"
+        return None
+
+    def is_available(self) -> bool:
+        return self.reason() is None
+
+    def require(self) -> None:
+        reason = self.reason()
+        if reason is not None:
+            raise TargetUnavailableError(f"target {self.name!r} is unavailable here: {reason}")
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    name: str
+    available: bool
+    version: str | None
+    reason: str | None
+
+    def __bool__(self) -> bool:
+        return self.available
+
+
+_TARGETS: dict[str, Target] = {}
+_LOADED = False
+
+
+def register_target(target: Target) -> Target:
+    if target.name in _TARGETS:
+        raise RegistryError(f"target {target.name!r} is already registered")
+    _TARGETS[target.name] = target
+    return target
+
+
+def _ensure_loaded() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    from fxdeploy.targets import builtin
+
+    builtin.register_all(register_target)
+    _LOADED = True  # only once every built-in registered: a failed import is retried, not hidden
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        obj = entry_point.load()
+        target = obj() if callable(obj) and not isinstance(obj, Target) else obj
+        if not isinstance(target, Target):
+            raise RegistryError(
+                f"entry point {entry_point.name!r} ({entry_point.value}) gave "
+                f"{type(target).__name__}, expected fxdeploy.targets.Target"
+            )
+        if target.name != entry_point.name:
+            raise RegistryError(
+                f"entry point {entry_point.name!r} provides a target named {target.name!r}"
+            )
+        register_target(target)
+
+
+def get_target(name: str) -> Target:
+    _ensure_loaded()
+    try:
+        return _TARGETS[name]
+    except KeyError:
+        raise RegistryError(f"unknown target {name!r}; registered: {sorted(_TARGETS)}") from None
+
+
+def all_targets() -> dict[str, Target]:
+    _ensure_loaded()
+    return dict(_TARGETS)
+
+
+def statuses() -> dict[str, TargetStatus]:
+    rows: dict[str, TargetStatus] = {}
+    for name, target in all_targets().items():
+        try:
+            reason, version = target.reason(), target.version()
+        except Exception as exc:  # noqa: BLE001 - a broken runtime install is a reason, not a crash
+            reason, version = f"runtime fails to import: {type(exc).__name__}: {exc}", None
+        rows[name] = TargetStatus(name, reason is None, version, reason)
+    return rows

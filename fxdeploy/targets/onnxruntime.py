@@ -1,0 +1,46 @@
+"""The default target: ONNX through torch.onnx, run by ONNX Runtime on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fxdeploy.passes.pipelines import pipeline_for
+from fxdeploy.runtime.executor import Executor
+from fxdeploy.settings import Settings
+from fxdeploy.targets import Lowered, LoweringJob, Target
+
+
+def lower_onnx(job: LoweringJob, *, flavour: str = "standard") -> Lowered:
+    from fxdeploy.lowering.onnx import export_onnx, save_onnx
+
+    model = export_onnx(
+        job.graph_module, job.example_inputs, job.input_names, job.output_names,
+        job.dynamic_shapes, job.settings, flavour=flavour,
+    )
+    files = save_onnx(model, job.out_dir / "model.onnx")
+    return Lowered(files, {"onnx_opset": job.settings.onnx.opset, "onnx_ir_version": model.ir_version})
+
+
+def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
+    from fxdeploy.runtime.onnxruntime import OrtExecutor
+
+    names = [o["name"] for o in manifest["outputs"]]
+    return OrtExecutor(directory / "model.onnx", names, settings)
+
+
+def version() -> str | None:
+    from fxdeploy.runtime.onnxruntime import version as ort_version
+
+    return ort_version()
+
+
+TARGET = Target(
+    name="onnxruntime",
+    pipeline=pipeline_for("onnxruntime"),
+    lower=lower_onnx,
+    load=load,
+    version=version,
+    install_hint="pip install onnxruntime",
+    backend_name="fxdeploy_ort",
+)
