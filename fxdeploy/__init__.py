@@ -19,7 +19,7 @@ from fxdeploy.errors import (
     TargetUnavailableError,
 )
 from fxdeploy.settings import Settings
-from fxdeploy.substitution import substitute
+from fxdeploy.substitution import Substitution, substitute
 from fxdeploy.targets import TargetStatus
 from fxdeploy.version import __version__
 
@@ -40,6 +40,7 @@ __all__ = [
     "LoweringError",
     "PassError",
     "Settings",
+    "Substitution",
     "TargetStatus",
     "TargetUnavailableError",
     "__version__",

@@ -12,11 +12,11 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import artifact, structure, substitution
-from fxdeploy.capture import Captured, capture
+from fxdeploy import artifact, structure, substitution, verify
+from fxdeploy.capture import Captured, capture, eval_mode
 from fxdeploy.deployed import Deployed
-from fxdeploy.errors import LoweringError
 from fxdeploy.passes.base import PipelineReport, run_pipeline
+from fxdeploy.passes.precision_policy import PRECISION
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
 from fxdeploy.settings import Settings
 from fxdeploy.targets import LoweringJob, Target, get_target
@@ -36,23 +36,42 @@ def lower(
     substitutions: dict[Callable[..., Any], Any] | None = None,
 ) -> Deployed:
     """Capture ``model`` on ``inputs``, run ``target``'s passes, lower it, and load the result."""
+    if target == "auto":  # lower to every available target, keep the fastest that matches eager
+        from fxdeploy.auto import lower_auto
+
+        return lower_auto(model, inputs, dynamic_shapes, settings, kwargs=kwargs, substitutions=substitutions)
     settings = settings or Settings()
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     chosen = get_target(target)
     chosen.require()
-    captured = capture(
-        model, args, kwargs, dynamic_shapes=dynamic_shapes,
-        substitutions=substitution.resolve(substitutions), settings=settings,
+    subs = substitution.resolve(substitutions)
+
+    def build() -> Deployed:
+        captured = capture(model, args, kwargs, dynamic_shapes=dynamic_shapes, substitutions=subs, settings=settings)
+        gm = captured.graph_module
+        gm.meta[OUTPUT_NAMES] = captured.output_names
+        gm, report = run_pipeline(gm, chosen.pipeline, settings)
+        return _lower_graph(chosen, captured, gm, report, settings, model, subs)
+
+    if not settings.cache.enabled:
+        return build()
+    from fxdeploy.cache import cached_lower, in_process_loader, model_parts
+
+    deployed, _ = cached_lower(
+        target,
+        lambda: model_parts(model, args, kwargs, dynamic_shapes, subs),
+        build=build,
+        settings_dict=settings.to_dict(),
+        cache_dir=settings.cache.dir or None,
+        max_bytes=int(settings.cache.max_gib * 2**30),
+        load=in_process_loader(model, args, kwargs, subs),
     )
-    gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
-    gm, report = run_pipeline(gm, chosen.pipeline, settings)
-    return _lower_graph(chosen, captured, gm, report, settings)
+    return deployed
 
 
 def _lower_graph(
     chosen: Target, captured: Captured, gm: torch.fx.GraphModule, report: PipelineReport,
-    settings: Settings,
+    settings: Settings, model: torch.nn.Module, subs: list[substitution.Substitution],
 ) -> Deployed:
     leaves = gm.meta[OUTPUT_LEAVES]
     tensor_names = [leaf["name"] for leaf in leaves if leaf["kind"] != "constant"]
@@ -71,38 +90,42 @@ def _lower_graph(
         dataclass_template=captured.dataclass_template, unpacks=captured.unpacks, report=report,
     )
     if settings.verify:
-        manifest["info"]["verification"] = _verify(deployed, gm, captured, settings)
+        manifest["info"]["shape_checks"] = _verify(deployed, gm, captured, model, subs, settings)
         executor.timings.reset()
     return deployed
 
 
 def _verify(
-    deployed: Deployed, gm: torch.fx.GraphModule, captured: Captured, settings: Settings
-) -> dict[str, float]:
-    """Run the artifact and the passed graph in PyTorch on the example inputs; they must agree."""
-    with torch.no_grad():
-        expected = gm(*captured.example_inputs)
-    got = deployed.execute(dict(zip(deployed.input_names, captured.example_inputs, strict=True)))
-    errors: dict[str, float] = {}
-    for name, want in zip(deployed.output_names, expected, strict=True):
-        have = got[name]
-        if tuple(have.shape) != tuple(want.shape):
-            raise LoweringError(
-                f"output {name!r}: the {deployed.target} artifact gives shape {tuple(have.shape)}, "
-                f"PyTorch gives {tuple(want.shape)} on the example inputs"
-            )
-        diff = (have.double() - want.double()).abs()
-        finite = torch.isfinite(want.double())
-        error = float(diff[finite].max()) if finite.any() else 0.0
-        scale = max(1.0, float(want.double()[finite].abs().max())) if finite.any() else 1.0
-        errors[name] = error
-        if error > settings.atol * scale:
-            raise LoweringError(
-                f"output {name!r}: the {deployed.target} artifact differs from PyTorch by {error:.3g} "
-                f"(tolerance {settings.atol * scale:.3g}) on the example inputs "
-                f"{[tuple(x.shape) for x in captured.example_inputs]}"
-            )
-    return errors
+    deployed: Deployed, gm: torch.fx.GraphModule, captured: Captured, model: torch.nn.Module,
+    subs: list[substitution.Substitution], settings: Settings,
+) -> list[dict[str, Any]]:
+    """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.verify)."""
+    leaves = deployed.manifest["output_leaves"]
+    if captured.mode == "strict" and captured.substitutions:
+        # dynamo-only function substitutions: eager cannot apply them, so the reference is the
+        # captured graph run by PyTorch, compared with the raw engine outputs.
+        def eager_fn(inputs: list[torch.Tensor]) -> Any:
+            return tuple(gm(*inputs))
+
+        def deployed_fn(inputs: list[torch.Tensor]) -> Any:
+            out = deployed.execute(dict(zip(deployed.input_names, inputs, strict=True)))
+            return tuple(out[name] for name in deployed.output_names)
+
+        flags = [bool(leaf.get("detections")) for leaf in leaves if leaf["kind"] != "constant"]
+    else:
+        def eager_fn(inputs: list[torch.Tensor]) -> Any:
+            args, kwargs = pytree.tree_unflatten(inputs, captured.in_spec)
+            with eval_mode(model), substitution.on_instances(model, subs):
+                return model(*args, **kwargs)
+
+        def deployed_fn(inputs: list[torch.Tensor]) -> Any:
+            return deployed.call_flat(inputs, unpack=False)
+
+        flags = [bool(leaf.get("detections")) for leaf in leaves if leaf["kind"] != "hidden"]
+    return verify.run_checks(
+        deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
+        deployed_fn, eager_fn, settings.atol, flags, settings.precision,
+    )
 
 
 def _manifest(
@@ -133,7 +156,10 @@ def _manifest(
         "dims": {name: r.to_dict() for name, r in captured.dims.items()},
         "settings": settings.to_dict(),
         "files": dict.fromkeys(files, ""),
-        "info": dict(info, capture_mode=captured.mode, substitutions=captured.substitutions),
+        "info": dict(
+            info, capture_mode=captured.mode, substitutions=captured.substitutions,
+            precision=gm.meta.get(PRECISION, {"policy": settings.precision}),
+        ),
     }
 
 

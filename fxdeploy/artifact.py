@@ -6,8 +6,9 @@ import ctypes
 import hashlib
 import json
 import os
+import reprlib
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,10 @@ REQUIRED = {
     "files": dict,
     "info": dict,
 }
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+"""The input dtypes a Deployed accepts; a manifest naming another one is refused on load."""
+LEAF_KINDS = ("tensor", "hidden", "constant", "scalar")
+SCALAR_TYPES = ("int", "float", "bool")
 
 
 def sha256(path: Path) -> str:
@@ -49,7 +54,7 @@ def save(manifest: dict[str, Any], source_dir: Path, dest: str | os.PathLike[str
     """
     dest = Path(dest).absolute()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    staging = _make_staging(dest)
     try:
         files: dict[str, str] = {}
         for name in manifest["files"]:
@@ -66,6 +71,17 @@ def save(manifest: dict[str, Any], source_dir: Path, dest: str | os.PathLike[str
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return dest
+
+
+def _make_staging(dest: Path) -> Path:
+    """A fresh sibling directory. mkdir (not mkdtemp's 0700) so the artifact gets the umask's mode."""
+    while True:
+        staging = dest.with_name(f".{dest.name}.partial-{secrets.token_hex(6)}")
+        try:
+            staging.mkdir()
+        except FileExistsError:
+            continue
+        return staging
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -120,12 +136,14 @@ def read_manifest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, An
         raise ArtifactError(f"no artifact at {root}: not a directory")
     if not path.is_file():
         raise ArtifactError(f"no artifact at {root}: {MANIFEST} is missing")
+    if path.resolve().parent != root.resolve():
+        raise ArtifactError(f"{path}: {MANIFEST} is a link to a file outside the artifact directory")
     if path.stat().st_size > MAX_MANIFEST_BYTES:
         raise ArtifactError(f"{path}: manifest is larger than {MAX_MANIFEST_BYTES} bytes")
     try:
         manifest = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path}: manifest is not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, huge int literals, deep nesting
+        raise ArtifactError(f"{path}: manifest is not valid JSON ({str(exc)[:200]})") from exc
     validate(manifest, path)
     for name, expected in manifest["files"].items():
         file = _confined(root, name, path)
@@ -161,6 +179,15 @@ def validate(manifest: Any, where: Path) -> None:
             raise ArtifactError(f"{where}: files entry {name!r} must map a name to a sha256 hex digest")
     for spec in manifest["inputs"] + manifest["outputs"]:
         _validate_tensor_spec(spec, where)
+    for kind in ("inputs", "outputs"):
+        names = [spec["name"] for spec in manifest[kind]]
+        if len(set(names)) != len(names):
+            raise ArtifactError(f"{where}: {kind} names are not unique: {reprlib.repr(names)}")
+    for spec in manifest["inputs"]:
+        if spec["dtype"] not in DTYPE_NAMES:
+            raise ArtifactError(f"{where}: input {spec['name']!r} has unknown dtype {reprlib.repr(spec['dtype'])}")
+    _validate_dims(manifest["dims"], where)
+    _validate_leaves(manifest, where)
 
 
 def _validate_tensor_spec(spec: Any, where: Path) -> None:
@@ -172,12 +199,71 @@ def _validate_tensor_spec(spec: Any, where: Path) -> None:
         and all(isinstance(d, (int, str)) and not isinstance(d, bool) for d in spec["shape"])
     )
     if not ok:
-        raise ArtifactError(f"{where}: malformed tensor spec {spec!r}; need name, dtype and shape")
+        raise ArtifactError(f"{where}: malformed tensor spec {reprlib.repr(spec)}; need name, dtype and shape")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validate_dims(dims: dict[str, Any], where: Path) -> None:
+    for name, bounds in dims.items():
+        ok = isinstance(bounds, dict) and _is_int(bounds.get("min")) and _is_int(bounds.get("max"))
+        if not ok or bounds["min"] > bounds["max"] or ("opt" in bounds and not _is_int(bounds["opt"])):
+            raise ArtifactError(
+                f"{where}: dims {name!r} must be {{min, opt, max}} integers, got {reprlib.repr(bounds)}"
+            )
+
+
+def _validate_leaves(manifest: dict[str, Any], where: Path) -> None:
+    """Deployed rebuilds outputs from these on every call; check them once here instead."""
+    outputs = [spec["name"] for spec in manifest["outputs"]]
+    leaves = manifest["output_leaves"]
+    for leaf in leaves:
+        ok = isinstance(leaf, dict) and leaf.get("kind") in LEAF_KINDS and isinstance(leaf.get("name"), str)
+        if ok and leaf["kind"] == "scalar":
+            ok = leaf.get("type") in SCALAR_TYPES
+        if ok and leaf["kind"] == "constant":
+            ok = "value" in leaf
+        if ok and "trim" in leaf:
+            trim = leaf["trim"]
+            ok = isinstance(trim, dict) and _is_int(trim.get("dim")) and trim.get("count") in outputs
+        if not ok:
+            raise ArtifactError(f"{where}: malformed output leaf {reprlib.repr(leaf)}")
+    engine = [leaf["name"] for leaf in leaves if leaf["kind"] != "constant"]
+    if engine != outputs:
+        raise ArtifactError(
+            f"{where}: output_leaves name engine outputs {reprlib.repr(engine)}, but outputs are "
+            f"{reprlib.repr(outputs)}"
+        )
+    visible = sum(leaf["kind"] != "hidden" for leaf in leaves)
+    if _tree_leaves(manifest["output_tree"], where) != visible:
+        raise ArtifactError(f"{where}: output_tree does not hold the {visible} visible output leaves")
+
+
+def _tree_leaves(tree: Any, where: Path) -> int:
+    """Count a structure description's leaves without recursion (a file may nest deeply)."""
+    count, stack = 0, [tree]
+    while stack:
+        node = stack.pop()
+        kind = node.get("kind") if isinstance(node, dict) else None
+        if kind == "leaf":
+            count += 1
+            continue
+        container = kind in ("tuple", "list", "dict")
+        children, keys = (node.get("children"), node.get("keys", [])) if container else (None, None)
+        keys_ok = isinstance(keys, list) and all(isinstance(k, str) for k in keys)
+        if not isinstance(children, list) or not keys_ok or (kind == "dict" and len(keys) != len(children)):
+            raise ArtifactError(f"{where}: malformed output_tree node {reprlib.repr(node)}")
+        stack.extend(children)
+    return count
 
 
 def _confined(root: Path, name: str, where: Path) -> Path:
     """A manifest may only name files directly inside its own directory."""
+    if os.sep in name or "\x00" in name or name in ("", ".", ".."):
+        raise ArtifactError(f"{where}: file name {name!r} points outside the artifact directory")
     candidate = (root / name).resolve()
-    if os.sep in name or name in ("", ".", "..") or candidate.parent != root.resolve():
+    if candidate.parent != root.resolve():
         raise ArtifactError(f"{where}: file name {name!r} points outside the artifact directory")
     return candidate

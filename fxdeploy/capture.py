@@ -69,7 +69,7 @@ def capture(
                 "tensors (bake constants into the model, e.g. with functools.partial)"
             )
     export_shapes, opts = dims_mod.to_export_dynamic_shapes(dynamic_shapes, model.forward, args, kwargs)
-    with _eval_mode(model), torch.no_grad():
+    with eval_mode(model), torch.no_grad():
         with substitution.on_instances(model, subs) as applied:
             try:
                 eager_outputs = model(*args, **kwargs)
@@ -134,7 +134,10 @@ def _flatten(
     symbol_names = _symbol_names(user_fakes, ep)
     observed = _observed_sizes(user_fakes, flat_inputs, symbol_names)
     dims = dims_mod.dim_ranges(ep.range_constraints, symbol_names, opts, observed)
-    shapes = [dims_mod.symbolic_dims(x, f, ep.range_constraints, symbol_names) for x, f in zip(flat_inputs, user_fakes, strict=True)]
+    shapes = [
+        dims_mod.symbolic_dims(x, f, ep.range_constraints, symbol_names)
+        for x, f in zip(flat_inputs, user_fakes, strict=True)
+    ]
     export_dims = {name: torch.export.Dim(name, min=r.min, max=r.max) for name, r in dims.items()}
     export_shapes = [
         {i: export_dims[s] for i, s in enumerate(shape) if isinstance(s, str)} or None for shape in shapes
@@ -149,7 +152,7 @@ def _flatten(
         input_shapes=shapes,
         in_spec=in_spec,
         out_spec=ep.call_spec.out_spec,
-        output_names=structure.leaf_names(plain),
+        output_names=_unique_outputs(structure.leaf_names(plain), user_inputs),
         dims=dims,
         symbol_names=symbol_names,
         export_dynamic_shapes=export_shapes,
@@ -202,6 +205,18 @@ def _make_flat(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _unique_outputs(names: list[str], inputs: list[str]) -> list[str]:
+    """ONNX needs distinct value names: an output named like an input gets an '_out' suffix."""
+    taken = {_clean(n) for n in inputs}
+    unique = []
+    for name in names:
+        while name in taken:
+            name += "_out"
+        taken.add(name)
+        unique.append(name)
+    return unique
+
+
 def _clean(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
 
@@ -227,7 +242,7 @@ def _plain_outputs(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """Deployment means inference: capture in eval mode, and give the model back as it was."""
     modes = [(m, m.training) for m in model.modules()]
     model.eval()

@@ -44,6 +44,15 @@ def explain(exc: BaseException, model: Any, subs: Any) -> str:
             lines.append(f"      @fxdeploy.substitute({qualified})")
             lines.append(f"      def {func}_tensor_only(...): ...  # e.g. built on fxdeploy.ops.multiclass_nms")
             lines.append("  or pass lower(..., substitutions={" + qualified + ": replacement}).")
+    text = str(exc)
+    if "specialized it to be a constant (1)" in text or "specialized it to be a constant (0)" in text:
+        lines.append(
+            "  A dynamic dim whose example size is 0 or 1 is specialized by torch.export; use example "
+            "inputs with that dim >= 2 (the range can still start at 1)."
+        )
+    for line in text.splitlines():
+        if line.strip().startswith("- ") and ("dynamic" in line or "specialized" in line):
+            lines.append(f"  torch.export: {line.strip()[2:]}")
     active = [s.name for s in subs]
     if active:
         lines.append(f"  substitutions active during this capture: {', '.join(active)}")

@@ -1,4 +1,4 @@
-"""The ``fxdeploy`` command line: lower, run, check-env (bench, compare, export-triton join later)."""
+"""The ``fxdeploy`` command line: lower, run, check-env, bench, compare, export-triton."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from fxdeploy import settings_cli
+from fxdeploy.cli_triton import register as _register_triton
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,12 +40,18 @@ def _parser() -> argparse.ArgumentParser:
     lower = sub.add_parser("lower", help="capture, pass and lower a model into an artifact directory")
     lower.add_argument("model", help="file.py:factory or package.module:factory returning (model, inputs)")
     lower.add_argument("--target", default="onnxruntime")
-    lower.add_argument("--out", required=True, help="artifact directory to write (atomically)")
+    lower.add_argument("--out", type=Path, help="artifact directory to write (atomically)")
     lower.add_argument(
         "--dynamic", action="append", default=[], metavar="INPUT:DIM[:NAME[:MIN:MAX]]",
         help="mark a dim dynamic, e.g. x:0:batch:1:32 (repeatable)",
     )
-    lower.add_argument("--threads", type=int, default=None)
+    lower.add_argument(
+        "--shape", action="append", default=[], metavar="INPUT:DIMS",
+        help="input shape with ranges, e.g. x:1..8x3x224..640x224..640, or named and with an opt "
+        "value, x:batch=1..4..8x3x224x224 (repeatable)",
+    )
+    lower.add_argument("--report", type=Path, help="write a markdown lowering report here")
+    settings_cli.add_arguments(lower)
     lower.set_defaults(func=_cmd_lower)
 
     run = sub.add_parser("run", help="run an artifact on random (or given .npz) inputs and time it")
@@ -54,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     env = sub.add_parser("check-env", help="list targets: available, version, and what to install")
     env.add_argument("--json", action="store_true")
     env.set_defaults(func=_cmd_check_env)
+    _register_triton(sub)  # export-triton
+
+    from fxdeploy.cli_bench import add_parsers
+
+    add_parsers(sub)  # bench, compare
     return parser
 
 
@@ -73,28 +88,72 @@ def parse_dynamic(items: Sequence[str]) -> dict[str, dict[int, Any]] | None:
 
 
 def _cmd_lower(args: argparse.Namespace) -> int:
-    import dataclasses
     import time
 
     import fxdeploy
-    from fxdeploy.model_spec import load_factory
+    from fxdeploy.model_spec import load_factory, load_substitutions
 
+    settings = settings_cli.resolve(args)
+    if args.print_settings:
+        print(settings_cli.render(settings), end="")
+        return 0
+    if args.out is None:
+        raise ValueError("lower needs --out DIR (or --print-settings)")
     model, inputs = load_factory(args.model)
-    settings = fxdeploy.Settings()
-    if args.threads is not None:
-        settings = dataclasses.replace(settings, threads=args.threads)
+    dynamic = parse_dynamic(args.dynamic)
+    if args.shape:
+        if dynamic:
+            raise ValueError("use either --dynamic or --shape, not both")
+        dynamic = parse_shapes(args.shape, model, inputs)
     start = time.perf_counter()
     deployed = fxdeploy.lower(
-        model, inputs, target=args.target, dynamic_shapes=parse_dynamic(args.dynamic), settings=settings
+        model, inputs, target=args.target, dynamic_shapes=dynamic, settings=settings,
+        substitutions=load_substitutions(args.model),
     )
     elapsed = time.perf_counter() - start
     path = deployed.save(args.out)
-    errors = deployed.manifest["info"].get("verification", {})
-    print(f"lowered {type(model).__name__} to {args.target} in {elapsed:.2f} s -> {path}")
+    print(f"lowered {type(model).__name__} to {deployed.target} in {elapsed:.2f} s -> {path}")
     print(f"  {deployed!r}")
-    if errors:
-        print(f"  max abs error vs PyTorch: {max(errors.values()):.3g}")
+    checks = deployed.manifest["info"].get("shape_checks", [])
+    if checks:
+        worst = max(c["max_abs_error"] for c in checks)
+        print(f"  checked against eager at {', '.join(c['label'] for c in checks)}: max abs error {worst:.3g}")
+    if args.report:
+        from fxdeploy.report import render_report
+
+        args.report.write_text(render_report(deployed, lower_seconds=elapsed), encoding="utf-8")
+        print(f"  report -> {args.report}")
     return 0
+
+
+def parse_shapes(items: Sequence[str], model: Any, inputs: tuple[Any, ...]) -> dict[str, dict[int, Any]]:
+    """``x:1..8x3x224..640`` → {"x": {0: ("x_0", 1, 8), 2: ("x_2", 224, 640)}}; opt = example size."""
+    import inspect
+
+    names = list(inspect.signature(model.forward).bind(*inputs).arguments)
+    examples = dict(zip(names, inputs, strict=False))
+    shapes: dict[str, dict[int, Any]] = {}
+    for item in items:
+        name, _, dims = item.partition(":")
+        if name not in examples or not dims:
+            raise ValueError(f"--shape {item!r}: expected INPUT:DIMS with INPUT one of {names}")
+        parts = dims.split("x")
+        example = examples[name]
+        if len(parts) != example.dim():
+            raise ValueError(f"--shape {item!r}: {len(parts)} dims given, input {name!r} has rank {example.dim()}")
+        for axis, part in enumerate(parts):
+            dim_name, _, span = part.rpartition("=")
+            if ".." not in span:
+                if int(span) != example.shape[axis]:
+                    raise ValueError(
+                        f"--shape {item!r}: dim {axis} is fixed at {span}, the example input has {example.shape[axis]}"
+                    )
+                continue
+            bounds = [int(b) for b in span.split("..")]
+            low, high = bounds[0], bounds[-1]
+            opt = bounds[1] if len(bounds) == 3 else int(example.shape[axis])
+            shapes.setdefault(name, {})[axis] = (dim_name or f"{name}_{axis}", low, opt, high)
+    return shapes
 
 
 def random_inputs(manifest: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -15,11 +15,7 @@ from fxdeploy import artifact, structure
 from fxdeploy.errors import InputError
 from fxdeploy.runtime.executor import Executor, Stats
 
-DTYPES: dict[str, torch.dtype] = {
-    str(dtype).removeprefix("torch."): dtype
-    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
-                  torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in artifact.DTYPE_NAMES}
 
 
 class Deployed:
@@ -69,18 +65,21 @@ class Deployed:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat = pytree.tree_leaves((args, kwargs), is_leaf=lambda x: isinstance(x, np.ndarray))
+        return self.call_flat(flat)
+
+    def call_flat(self, flat: list[Any], *, unpack: bool = True) -> Any:
+        """Inputs in manifest order; ``unpack=False`` stops before the substitutions' unpack."""
         if len(flat) != len(self._inputs):
             raise InputError(
                 f"expected {len(self._inputs)} input(s) ({', '.join(self._names)}), got {len(flat)}"
             )
-        outputs = self._run(self._feeds(flat))
-        return self._rebuild(outputs)
+        return self._rebuild(self._run(self._feeds(flat)), unpack=unpack)
 
     def execute(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
         if not isinstance(feeds, dict):
             raise InputError(f"execute() takes a dict of input name to tensor, got {type(feeds).__name__}")
         missing = [n for n in self._names if n not in feeds]
-        unknown = sorted(set(feeds) - set(self._names))
+        unknown = sorted(set(feeds) - set(self._names), key=repr)  # keys need not be str, or comparable
         if missing or unknown:
             raise InputError(
                 f"execute() inputs: expected names {self._names}; missing {missing}, unknown {unknown}"
@@ -108,9 +107,12 @@ class Deployed:
         seen: dict[str, tuple[int, str]],
     ) -> torch.Tensor:
         if isinstance(value, np.ndarray):
-            value = torch.from_numpy(np.ascontiguousarray(value))
+            value = _from_numpy(name, dtype, value)
         if not isinstance(value, torch.Tensor):
             raise InputError(f"input {name!r}: expected a tensor, got {type(value).__name__}")
+        if value.layout != torch.strided or value.is_meta:
+            kind = "meta" if value.is_meta else str(value.layout).removeprefix("torch.")
+            raise InputError(f"input {name!r}: expected a dense tensor with data, got a {kind} tensor")
         if value.dtype != dtype:
             raise InputError(f"input {name!r}: expected dtype {_dt(dtype)}, got {_dt(value.dtype)}")
         if value.dim() != len(shape):
@@ -148,10 +150,15 @@ class Deployed:
             )
         seen[dim] = (got, name)
 
-    def _rebuild(self, outputs: dict[str, torch.Tensor]) -> Any:
+    def _rebuild(self, outputs: dict[str, torch.Tensor], *, unpack: bool = True) -> Any:
         leaves: list[Any] = []
         for leaf in self._leaves:
-            if leaf["kind"] == "constant":
+            if leaf["kind"] == "hidden":
+                continue
+            if "trim" in leaf:
+                dim, count = leaf["trim"]["dim"], int(outputs[leaf["trim"]["count"]].reshape(-1)[0])
+                leaves.append(outputs[leaf["name"]].narrow(dim, 0, count))
+            elif leaf["kind"] == "constant":
                 leaves.append(leaf["value"])
             elif leaf["kind"] == "scalar":
                 cast = {"int": int, "float": float, "bool": bool}[leaf["type"]]
@@ -164,13 +171,30 @@ class Deployed:
             result = pytree.tree_unflatten(leaves, self._out_spec)
             if self._template is not None:
                 result = structure.dicts_to_dataclasses(self._template, result)
-        for unpack in self._unpacks:
-            result = unpack(result)
+        for unpacker in self._unpacks if unpack else ():
+            result = unpacker(result)
         return result
 
     def __repr__(self) -> str:
         inputs = ", ".join(f"{n}: {_dt(d)}{_fmt(s)}" for n, d, s in self._inputs)
         return f"Deployed(target={self.target!r}, inputs=[{inputs}], outputs={self.output_names})"
+
+
+def _from_numpy(name: str, dtype: torch.dtype, array: np.ndarray) -> torch.Tensor:
+    """torch shares only native-endian numeric arrays: others are the caller's dtype error.
+
+    A copy is made where torch could not share the buffer as it is (non-contiguous, read-only);
+    np.ascontiguousarray is avoided because it turns a 0-d array into a 1-d one.
+    """
+    if not (array.flags.c_contiguous and array.flags.writeable):
+        array = array.copy(order="C")
+    try:
+        return torch.from_numpy(array)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"input {name!r}: expected dtype {_dt(dtype)}, got a numpy array of dtype "
+            f"{array.dtype.str!r}, which torch cannot read"
+        ) from None
 
 
 def _dt(dtype: torch.dtype) -> str:

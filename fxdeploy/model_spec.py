@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -10,9 +11,30 @@ from typing import Any
 
 import torch
 
+SUBSTITUTIONS_ATTRIBUTE = "FXDEPLOY_SUBSTITUTIONS"
+"""A module-level dict in the model's file that the CLI passes to ``lower(substitutions=...)``."""
+
 
 def load_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
     """Call the factory; it must return ``(model, example_inputs)``."""
+    module, name = _import(spec)
+    factory = getattr(module, name, None)
+    if factory is None:
+        raise ValueError(f"{spec.rpartition(':')[0]} has no factory named {name!r}")
+    result = factory()
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+        raise TypeError(f"factory {spec} must return (model, example_inputs), got {type(result).__name__}")
+    model, inputs = result
+    return model, inputs if isinstance(inputs, tuple) else (inputs,)
+
+
+def load_substitutions(spec: str) -> dict[Any, Any] | None:
+    """The model file's own substitutions, if it declares ``FXDEPLOY_SUBSTITUTIONS``."""
+    module, _ = _import(spec)
+    return getattr(module, SUBSTITUTIONS_ATTRIBUTE, None)
+
+
+def _import(spec: str) -> tuple[Any, str]:
     if ":" not in spec:
         raise ValueError(f"model spec {spec!r} must be 'file.py:factory' or 'package.module:factory'")
     location, _, name = spec.rpartition(":")
@@ -20,7 +42,10 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
         path = Path(location)
         if not path.is_file():
             raise FileNotFoundError(f"model file {path} does not exist")
-        module_name = f"_fxdeploy_model_{path.stem}"
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+        module_name = f"_fxdeploy_model_{digest}"
+        if module_name in sys.modules:
+            return sys.modules[module_name], name
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         if module_spec is None or module_spec.loader is None:
             raise ImportError(f"cannot import {path}")
@@ -29,11 +54,4 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
         module_spec.loader.exec_module(module)
     else:
         module = importlib.import_module(location)
-    factory = getattr(module, name, None)
-    if factory is None:
-        raise ValueError(f"{location} has no factory named {name!r}")
-    result = factory()
-    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
-        raise TypeError(f"factory {spec} must return (model, example_inputs), got {type(result).__name__}")
-    model, inputs = result
-    return model, inputs if isinstance(inputs, tuple) else (inputs,)
+    return module, name

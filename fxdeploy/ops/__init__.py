@@ -58,9 +58,7 @@ def multiclass_nms(
         check_bool(op, "class_agnostic", class_agnostic),
     )
     with_index = check_bool(op, "output_index", output_index)
-    det_boxes, det_scores, det_labels, num_dets, det_index = torch.ops.fxdeploy.multiclass_nms(
-        boxes, scores, *args
-    )
+    det_boxes, det_scores, det_labels, num_dets, det_index = torch.ops.fxdeploy.multiclass_nms(boxes, scores, *args)
     if with_index:
         return det_boxes, det_scores, det_labels, num_dets, det_index
     return det_boxes, det_scores, det_labels, num_dets
@@ -74,9 +72,7 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
     return torch.ops.fxdeploy.nms(boxes, scores, check_float("nms", "iou_threshold", iou_threshold))
 
 
-def batched_nms(
-    boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float
-) -> torch.Tensor:
+def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
     """torchvision.ops.batched_nms semantics: NMS never crosses categories given by ``idxs``."""
     op = "batched_nms"
     check_tensor(op, "boxes", boxes)

@@ -6,8 +6,6 @@ concrete; the ops themselves stay free of checks so that they trace cleanly.
 No ``from __future__ import annotations``: ``custom_op`` reads the annotations as types.
 """
 
-from typing import Tuple
-
 import torch
 from torch import Tensor
 
@@ -25,7 +23,7 @@ def multiclass_nms_op(
     keep_top_k: int,
     background_label_id: int,
     class_agnostic: bool,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     return multiclass_nms_reference(
         boxes,
         scores,
@@ -50,7 +48,7 @@ def _multiclass_nms_fake(
     keep_top_k: int,
     background_label_id: int,
     class_agnostic: bool,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Static shapes [B, K, ...]: this is what makes the op deployable where NMS is not."""
     batch = scores.shape[0]
     index = torch.long

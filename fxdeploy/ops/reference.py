@@ -2,11 +2,9 @@
 
 Every lowering is tested against these functions, and the TorchScript target scripts
 ``multiclass_nms_reference`` and inlines it as aten code, so the module must stay
-TorchScript-compatible (typing-module annotations, no ``from __future__ import annotations``).
+TorchScript-compatible (no ``from __future__ import annotations``: TorchScript reads real types).
 Arguments are assumed valid: the public wrappers in ``fxdeploy.ops`` check them.
 """
-
-from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -21,9 +19,7 @@ def _compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float32
 
 
-def _candidate_scores(
-    scores: Tensor, score_threshold: float, pre_top_k: int, background_label_id: int
-) -> Tensor:
+def _candidate_scores(scores: Tensor, score_threshold: float, pre_top_k: int, background_label_id: int) -> Tensor:
     """Scores with every pair that is not a candidate (spec steps 1 and 2) set to -inf."""
     neg_inf = float("-inf")
     s = scores.to(_compute_dtype(scores))
@@ -35,9 +31,7 @@ def _candidate_scores(
         best = s.amax(dim=2)
         # A stable descending sort sends ties to the lower box index, as the spec asks.
         top = torch.sort(best, dim=1, descending=True, stable=True)[1][:, :pre_top_k]
-        chosen = torch.zeros_like(best, dtype=torch.bool).scatter_(
-            1, top, torch.ones_like(top, dtype=torch.bool)
-        )
+        chosen = torch.zeros_like(best, dtype=torch.bool).scatter_(1, top, torch.ones_like(top, dtype=torch.bool))
         s = s.masked_fill(~chosen.unsqueeze(2), neg_inf)
     return s.masked_fill(~(s > score_threshold), neg_inf)
 
@@ -52,7 +46,7 @@ def multiclass_nms_reference(
     keep_top_k: int,
     background_label_id: int,
     class_agnostic: bool,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(det_boxes, det_scores, det_labels, num_dets, det_index), padded to keep_top_k rows."""
     batch, num_boxes, num_classes = scores.shape[0], scores.shape[1], scores.shape[2]
     device = scores.device
@@ -105,7 +99,7 @@ def _merge_top_k(
     num_boxes: int,
     keep_top_k: int,
     score_dtype: torch.dtype,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Spec steps 4-5: per image, order kept pairs by score (ties: class, then box), pad to K."""
     batch, width = kept_scores.shape[0], kept_scores.shape[1]
     device = kept_scores.device
@@ -136,9 +130,7 @@ def _pad_columns(t: Tensor, pad: int, value: float) -> Tensor:
     return torch.cat([t, torch.full((t.shape[0], pad), value, dtype=t.dtype, device=t.device)], 1)
 
 
-def _sorted_greedy(
-    boxes: Tensor, scores: Tensor, iou_threshold: float, labels: Optional[Tensor]
-) -> Tensor:
+def _sorted_greedy(boxes: Tensor, scores: Tensor, iou_threshold: float, labels: Tensor | None) -> Tensor:
     """torchvision semantics: corners taken as given (no normalization), no cap."""
     n = scores.shape[0]
     order = torch.sort(scores, descending=True, stable=True)[1]

@@ -64,9 +64,7 @@ def check_multiclass_shapes(boxes: torch.Tensor, scores: torch.Tensor) -> None:
         expected = "[B, N, C, 4]"
         ok = boxes.shape[3] == 4 and boxes.shape[:3] == scores.shape
     else:
-        raise ValueError(
-            f"{op}: boxes must have shape [B, N, 4] or [B, N, C, 4]; got {_shape(boxes)}"
-        )
+        raise ValueError(f"{op}: boxes must have shape [B, N, 4] or [B, N, C, 4]; got {_shape(boxes)}")
     if not ok:
         raise ValueError(
             f"{op}: scores must have shape [B, N, C] matching boxes {expected}; "
@@ -75,18 +73,14 @@ def check_multiclass_shapes(boxes: torch.Tensor, scores: torch.Tensor) -> None:
     if scores.shape[2] == 0:
         raise ValueError(f"{op}: scores must have at least one class (C >= 1); got {_shape(scores)}")
     if boxes.device != scores.device:
-        raise ValueError(
-            f"{op}: boxes and scores must be on one device; got {boxes.device} and {scores.device}"
-        )
+        raise ValueError(f"{op}: boxes and scores must be on one device; got {boxes.device} and {scores.device}")
 
 
 def check_background(background_label_id: object, num_classes: int) -> int:
     op = "multiclass_nms"
     label = check_int(op, "background_label_id", background_label_id, minimum=-1)
     if label >= num_classes:
-        raise ValueError(
-            f"{op}: background_label_id must be -1 (none) or in [0, {num_classes}); got {label}"
-        )
+        raise ValueError(f"{op}: background_label_id must be -1 (none) or in [0, {num_classes}); got {label}")
     return label
 
 
@@ -111,8 +105,7 @@ def check_torchvision_shapes(
         )
     if idxs is not None and (idxs.dim() != 1 or idxs.shape[0] != boxes.shape[0]):
         raise ValueError(
-            f"{op}: idxs must have shape [N] matching boxes [N, 4]; "
-            f"got boxes {_shape(boxes)} and idxs {_shape(idxs)}"
+            f"{op}: idxs must have shape [N] matching boxes [N, 4]; got boxes {_shape(boxes)} and idxs {_shape(idxs)}"
         )
     if idxs is not None and (idxs.dtype.is_floating_point or idxs.dtype.is_complex):
         raise TypeError(f"{op}: idxs must be an integer tensor; got dtype {idxs.dtype}")

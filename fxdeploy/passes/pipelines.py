@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 from fxdeploy.passes.base import Pass
+from fxdeploy.passes.float_attention_mask import float_attention_mask
+from fxdeploy.passes.host_postprocess_split import host_postprocess_split
+from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
+from fxdeploy.passes.substitute_nms import substitute_nms
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
 CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 
 # tensorize_outputs runs last: earlier passes may add or replace outputs (substitute_nms does).
-ONNX: tuple[Pass, ...] = (*CLEANUP, tensorize_outputs)
-TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, tensorize_outputs)
+# substitute_nms after cleanup (the asserts on NMS sizes are gone) and before tensorize_outputs
+# (it adds the hidden count outputs and the trim records that tensorize_outputs describes).
+# precision_policy after substitute_nms: it keeps the NMS inputs (and their box decoding) in fp32.
+ONNX: tuple[Pass, ...] = (*CLEANUP, substitute_nms, precision_policy, tensorize_outputs)
+TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, substitute_nms, tensorize_outputs)
+# ncnn: the TorchScript pipeline, then the pnnx workaround (it changes no outputs), then the
+# host split last: it cuts the final graph, so it must see the final outputs and every NMS.
+NCNN: tuple[Pass, ...] = (*TORCHSCRIPT, float_attention_mask, host_postprocess_split)
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {
     "onnxruntime": ONNX,
     "openvino": ONNX,
     "tensorrt": ONNX,
-    "ncnn": TORCHSCRIPT,
+    "ncnn": NCNN,
     "torchscript": TORCHSCRIPT,
 }
 

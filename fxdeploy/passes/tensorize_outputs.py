@@ -17,6 +17,10 @@ from fxdeploy.settings import Settings
 
 OUTPUT_NAMES = "fxdeploy.output_names"
 OUTPUT_LEAVES = "fxdeploy.output_leaves"
+HIDDEN = "fxdeploy.hidden_outputs"
+"""Outputs a pass added for the host's use (e.g. NMS counts); not part of the model's structure."""
+TRIM = "fxdeploy.trim"
+"""{output name: {"dim": d, "count": hidden output name}}: padded outputs the host slices."""
 _CONSTANT_TYPES = (type(None), bool, int, float, str)
 
 
@@ -28,10 +32,11 @@ def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResul
         raise ValueError(f"{len(names)} output names for {len(leaves)} graph outputs")
     described: list[dict[str, Any]] = []
     kept: list[torch.fx.Node] = []
+    after_nms = _nms_descendants(gm)
     modified = False
     for leaf, name in zip(leaves, names, strict=True):
         if isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor):
-            described.append({"kind": "tensor", "name": name})
+            described.append(_tensor_leaf(name, gm.meta, leaf in after_nms))
             kept.append(leaf)
         elif isinstance(leaf, torch.fx.Node):
             with gm.graph.inserting_before(output):
@@ -50,6 +55,27 @@ def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResul
         output.args = (tuple(kept),)
     gm.meta[OUTPUT_LEAVES] = described
     return PassResult(gm, modified)
+
+
+def _nms_descendants(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """Nodes computed from an NMS result: their row order is only defined up to score ties."""
+    frontier = [n for n in gm.graph.nodes if str(n.target).startswith("fxdeploy.") and "nms" in str(n.target)]
+    seen: set[torch.fx.Node] = set()
+    while frontier:
+        node = frontier.pop()
+        if node not in seen:
+            seen.add(node)
+            frontier.extend(node.users)
+    return seen
+
+
+def _tensor_leaf(name: str, meta: dict[str, Any], detections: bool) -> dict[str, Any]:
+    leaf: dict[str, Any] = {"kind": "hidden" if name in meta.get(HIDDEN, ()) else "tensor", "name": name}
+    if detections:
+        leaf["detections"] = True
+    if name in meta.get(TRIM, {}):
+        leaf["trim"] = dict(meta[TRIM][name])
+    return leaf
 
 
 def _scalar_type(node: torch.fx.Node) -> str:

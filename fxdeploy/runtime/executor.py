@@ -81,5 +81,5 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
 
-    def _synchronize(self) -> None:
+    def _synchronize(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
         """Engines that run asynchronously on a device wait here, inside the timed region."""

@@ -16,7 +16,8 @@ def broken_pass(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
 
 def test_failure_names_the_pass_and_what_ran_before() -> None:
     gm = build(lambda g, xs: g.call_function(aten.relu.default, (xs[0],)), 1, [torch.randn(2)])
-    with pytest.raises(PassError, match=r"pass 'broken_pass' failed \(ValueError: boom\); passes run before it: remove_dropout"):
+    message = r"pass 'broken_pass' failed \(ValueError: boom\); passes run before it: remove_dropout"
+    with pytest.raises(PassError, match=message):
         run_pipeline(gm, (remove_dropout, broken_pass), Settings())
 
 

@@ -20,15 +20,23 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
 
     - ``standard``: ONNX NonMaxSuppression + padding subgraph (ONNX Runtime, OpenVINO, TensorRT).
     - ``efficient_nms_trt``: TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
+    nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
+    NonMaxSuppression in both.
     """
+    from fxdeploy.lowering.onnx_translations.nms import batched_nms_standard, nms_standard
+
     if flavour == "standard":
         from fxdeploy.lowering.onnx_translations.multiclass_nms import multiclass_nms_standard
 
-        nms = multiclass_nms_standard
+        multiclass = multiclass_nms_standard
     elif flavour == "efficient_nms_trt":
         from fxdeploy.lowering.onnx_translations.efficient_nms_trt import multiclass_nms_efficient_trt
 
-        nms = multiclass_nms_efficient_trt
+        multiclass = multiclass_nms_efficient_trt
     else:
         raise ValueError(f"translation_table: unknown flavour {flavour!r}; known: {list(FLAVOURS)}")
-    return {torch.ops.fxdeploy.multiclass_nms.default: nms}
+    return {
+        torch.ops.fxdeploy.multiclass_nms.default: multiclass,
+        torch.ops.fxdeploy.nms.default: nms_standard,
+        torch.ops.fxdeploy.batched_nms.default: batched_nms_standard,
+    }

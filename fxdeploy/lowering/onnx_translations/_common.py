@@ -1,4 +1,4 @@
-"""Pieces shared by the multiclass_nms translations: constants, score masking, output padding.
+"""Pieces shared by the multiclass_nms translations: constants, dims, score masking, pre_top_k.
 
 The translations are plain Python functions that torch.onnx's dynamo exporter *traces*: tensors
 arrive as graph values, and float/int/bool arguments as Python values, so Python branches on
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 from onnxscript import opset18 as op
 
 NEG_INF = float("-inf")
@@ -31,6 +31,7 @@ def static_dim(value: Any, axis: int) -> int | None:
 
 
 def rank(value: Any) -> int:
+    """The rank of a translation input; boxes' rank picks the shared or per-class layout."""
     shape = getattr(value, "shape", None)
     if shape is None:
         raise ValueError("multiclass_nms lowering needs the rank of boxes; the exporter gave none")
@@ -47,7 +48,7 @@ def dim(value: Any, axis: int) -> Any:
 
 def without_background(scores: Any, num_classes: Any, background_label_id: int) -> Any:
     """float32 scores where the background class is -inf, so it is never a candidate."""
-    s = op.Cast(scores, to=1)
+    s = op.Cast(scores, to=TensorProto.FLOAT)
     if background_label_id < 0:
         return s
     classes = op.Range(const(0), op.Squeeze(num_classes, const([0])), const(1))

@@ -68,9 +68,7 @@ def _efficient_nms_op() -> values.Op:
     return values.Op(values.Opset(TRT_DOMAIN, 1), "EfficientNMS_TRT", schema)
 
 
-def _recover_index(
-    boxes: Any, scores: Any, det_boxes: Any, det_scores: Any, labels: Any, per_class_boxes: bool
-) -> Any:
+def _recover_index(boxes: Any, scores: Any, det_boxes: Any, det_scores: Any, labels: Any, per_class_boxes: bool) -> Any:
     """[B, K] index of the first input box equal to each detection (same label's score too)."""
     label_rows = op.Unsqueeze(labels, const([2]))  # [B, K, 1]
     if per_class_boxes:  # per-class boxes: the detection's class slice, [B, K, N, 4]

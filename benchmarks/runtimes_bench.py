@@ -1,0 +1,175 @@
+"""ResNet-50 on every available target, against eager PyTorch and against each runtime used by hand.
+
+For each runtime, fxdeploy's ``Deployed.execute`` and the same artifact files driven directly
+through the runtime's own API (same threads, same precision) are timed side by side, one call
+each in turn, so that drift in machine load hits both rows alike. "overhead" is fxdeploy's
+median over the direct median, minus one; "paired" is the median of the per-round ratios, which
+is steadier on a busy machine.
+
+    .venv/bin/python benchmarks/runtimes_bench.py [--seconds 3] [--warmup 1] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import fxdeploy  # noqa: E402
+from examples.models import resnet50  # noqa: E402
+from fxdeploy.runtime.ncnn import configure as configure_ncnn  # noqa: E402
+from fxdeploy.runtime.openvino import compile_config  # noqa: E402
+
+Run = Callable[[], Any]
+
+
+def direct_onnxruntime(art: Path, x: np.ndarray, settings: fxdeploy.Settings) -> Run:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = settings.threads, 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(art / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda: session.run(None, {name: x})
+
+
+def direct_openvino(art: Path, x: np.ndarray, settings: fxdeploy.Settings) -> Run:
+    import openvino
+
+    compiled = openvino.Core().compile_model(str(art / "model.onnx"), "CPU", compile_config(settings))
+    request = compiled.create_infer_request()
+    return lambda: request.infer({0: x})
+
+
+def direct_ncnn(art: Path, x: np.ndarray, settings: fxdeploy.Settings) -> Run:
+    import ncnn
+
+    net = ncnn.Net()
+    configure_ncnn(net.opt, settings)
+    net.load_param(str(art / "model.ncnn.param"))
+    net.load_model(str(art / "model.ncnn.bin"))
+    image = np.ascontiguousarray(x[0])
+
+    def run() -> np.ndarray:
+        extractor = net.create_extractor()
+        mat = ncnn.Mat(image)
+        extractor.input("in0", mat)
+        return np.array(extractor.extract("out0")[1])
+
+    return run
+
+
+def direct_torchscript(art: Path, x: np.ndarray, settings: fxdeploy.Settings) -> Run:
+    module = torch.jit.load(str(art / "model.pt"))
+    tensor = torch.from_numpy(x)
+
+    def run() -> Any:
+        with torch.inference_mode():
+            return module(tensor)
+
+    return run
+
+
+DIRECT = {
+    "onnxruntime": direct_onnxruntime, "openvino": direct_openvino, "ncnn": direct_ncnn,
+    "torchscript": direct_torchscript,
+}
+
+
+def side_by_side(
+    rows: dict[str, Run], warmup: float, seconds: float, min_runs: int = 50
+) -> dict[str, list[float]]:
+    """Warm each row up, then call the rows in turn, one call each per round, flipping the order
+    every round, until every row has run ``seconds`` and ``min_runs`` times. Round i of every
+    row ran at nearly the same moment, so per-round ratios cancel most drift in machine load."""
+    for run in rows.values():
+        end = time.perf_counter() + warmup
+        while time.perf_counter() < end:
+            run()
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    order = list(rows)
+    while min(sum(s) for s in samples.values()) < seconds * 1e3 or len(samples[order[0]]) < min_runs:
+        for name in order:
+            start = time.perf_counter_ns()
+            rows[name]()
+            samples[name].append((time.perf_counter_ns() - start) / 1e6)
+        order.reverse()
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured time per row, at least")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--targets", nargs="*", default=None, help="default: every available target")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    settings = fxdeploy.Settings(threads=args.threads)
+    model, (x,) = resnet50()
+    statuses = fxdeploy.targets()
+    names = args.targets or [n for n, s in statuses.items() if s.available]
+    for name, status in statuses.items():
+        if name not in names or not status.available:
+            print(f"# {name}: skipped ({status.reason or 'not requested'})")
+    with torch.inference_mode():
+        eager = side_by_side({"eager": lambda: model(x)}, args.warmup, args.seconds)["eager"]
+    results: list[dict[str, Any]] = [_row("eager", "eager PyTorch", eager)]
+    work = Path(tempfile.mkdtemp(prefix="fxdeploy-bench-"))
+    for name in names:
+        start = time.perf_counter()
+        deployed = fxdeploy.lower(model, (x,), target=name, settings=settings)
+        lowering_s = time.perf_counter() - start
+        art = deployed.save(work / name)
+        feeds = {deployed.input_names[0]: x}
+        rows = {"fxdeploy": lambda d=deployed, f=feeds: d.execute(f)}
+        if name in DIRECT:
+            rows["direct"] = DIRECT[name](art, x.numpy(), settings)
+        samples = side_by_side(rows, args.warmup, args.seconds)
+        fx = _row(name, f"fxdeploy {name}", samples["fxdeploy"], lowering_s=lowering_s)
+        fx["engine_median_ms"] = deployed.stats.median
+        results.append(fx)
+        if "direct" in samples:
+            direct = _row(name, f"{name} by hand", samples["direct"])
+            fx["overhead_pct"] = 100 * (fx["median_ms"] / direct["median_ms"] - 1)
+            ratios = np.array(samples["fxdeploy"]) / np.array(samples["direct"])
+            fx["paired_overhead_pct"] = 100 * (float(np.median(ratios)) - 1)
+            results.append(direct)
+    _print(results, args)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+def _row(target: str, label: str, samples: list[float], **extra: Any) -> dict[str, Any]:
+    return {"target": target, "row": label, "runs": len(samples), "median_ms": float(np.median(samples)),
+            "p90_ms": float(np.percentile(samples, 90)), **extra}
+
+
+def _print(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(f"ResNet-50 (random weights), batch 1, 224x224, {args.threads} threads; torch {torch.__version__}")
+    print(f"{'row':<26}{'runs':>6}{'median ms':>11}{'p90 ms':>9}{'vs eager':>10}{'overhead':>10}{'paired':>9}")
+    eager = results[0]["median_ms"]
+    for r in results:
+        overhead = f"{r['overhead_pct']:+.1f}%" if "overhead_pct" in r else ""
+        paired = f"{r['paired_overhead_pct']:+.1f}%" if "paired_overhead_pct" in r else ""
+        print(f"{r['row']:<26}{r['runs']:>6}{r['median_ms']:>11.2f}{r['p90_ms']:>9.2f}"
+              f"{eager / r['median_ms']:>9.2f}x{overhead:>10}{paired:>9}")
+
+
+if __name__ == "__main__":
+    main()

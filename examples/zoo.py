@@ -1,0 +1,296 @@
+"""The model zoo: real transformers models, built from configs with random weights (nothing downloads).
+
+Classifiers (ResNet-50, a small ResNet, a small ViT) deploy as they are. Detectors (DETR, RT-DETR,
+YOLOS) are wrapped the way a user runs them: the HF model, then the image processor's
+``post_process_object_detection``, which loops over images and filters with boolean masks, so
+torch.export cannot capture it with a dynamic batch. Each detector deploys with ONE substitution
+of that method (applied on the processor instance the wrapper holds, never on the class): a
+tensor-only replacement with static, padded outputs built on ``fxdeploy.ops.multiclass_nms``
+(iou_threshold=1.0, so it only thresholds, ranks and pads), plus an ``unpack`` that slices the
+padding off on the host and returns exactly what eager returns: a list of per-image dicts
+``{"scores", "labels", "boxes"}``, in eager's order.
+
+Without torchvision, ``transformers.DetrImageProcessor`` (and the others) resolve to the PIL
+variants; both carry the same ``post_process_object_detection``, and the substitutions are keyed
+by whichever class that name resolves to here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+import fxdeploy
+from fxdeploy import Substitution
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import transformers  # noqa: E402 - after HF_HUB_OFFLINE: nothing here may reach a hub
+from transformers import (  # noqa: E402
+    DetrConfig,
+    DetrForObjectDetection,
+    ResNetConfig,
+    ResNetForImageClassification,
+    RTDetrConfig,
+    RTDetrForObjectDetection,
+    RTDetrResNetConfig,
+    ViTConfig,
+    ViTForImageClassification,
+    YolosConfig,
+    YolosForObjectDetection,
+)
+
+transformers.logging.set_verbosity_error()  # the "no torchvision, using the PIL processor" notice
+Factory = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
+Detections = list[dict[str, torch.Tensor]]
+Padded = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class DetectorWithPostprocess(nn.Module):
+    """An HF detector followed by its processor's ``post_process_object_detection``, as users call it.
+
+    ``target_size`` (height, width) is the size of the original images; boxes come back in its
+    pixels. It is given as a [B, 2] tensor, as batched user code does (a list of tuples would tie
+    the list length to a Python int, which a dynamic batch cannot be).
+    """
+
+    def __init__(self, model: nn.Module, processor: Any, threshold: float, target_size: tuple[int, int]) -> None:
+        super().__init__()
+        self.model = model
+        self.processor = processor  # a plain object: substitutions override its method on this instance
+        self.threshold = threshold
+        self.target_size = target_size
+
+    def forward(self, pixel_values: torch.Tensor) -> Detections:
+        outputs = self.model(pixel_values=pixel_values)
+        sizes = torch.tensor([self.target_size], dtype=torch.float32).expand(pixel_values.shape[0], 2)
+        return self.processor.post_process_object_detection(outputs, threshold=self.threshold, target_sizes=sizes)
+
+
+def _scaled_corners(pred_boxes: torch.Tensor, target_sizes: Any) -> torch.Tensor:
+    """Relative (cx, cy, w, h) to absolute (x1, y1, x2, y2): transformers' center_to_corners_format."""
+    cx, cy, w, h = pred_boxes.unbind(-1)
+    boxes = torch.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], dim=-1)
+    if target_sizes is None:
+        return boxes
+    img_h, img_w = torch.as_tensor(target_sizes).unbind(1)
+    return boxes * torch.stack([img_w, img_h, img_w, img_h], dim=1)[:, None, :].to(boxes)
+
+
+def _threshold_in_query_order(prob: torch.Tensor, boxes: torch.Tensor, threshold: float) -> Padded:
+    """DETR/YOLOS semantics: per query its best class, kept where score > threshold, in query order.
+
+    multiclass_nms with one class and iou_threshold=1.0 suppresses nothing: it only applies the
+    strict threshold and pads (and, on ncnn, marks where the host-side tail starts). Its rows come
+    by descending score, so they are put back in query order, and the labels are taken after NMS
+    (argmax of the kept rows, first maximum as in eager's ``max``), which keeps the engine part free
+    of integer ops.
+    """
+    queries = prob.shape[1]
+    best = prob.amax(-1, keepdim=True)
+    _, _, _, counts, index = fxdeploy.ops.multiclass_nms(
+        boxes, best, iou_threshold=1.0, score_threshold=threshold,
+        max_output_boxes_per_class=queries, keep_top_k=queries, output_index=True,
+    )
+    order = torch.where(index >= 0, index, queries).sort(dim=1).indices
+    index = index.gather(1, order)
+    kept = index >= 0
+    safe = index.clamp(min=0)
+    rows = prob.gather(1, safe.unsqueeze(-1).expand(-1, -1, prob.shape[-1]))
+    scores = torch.where(kept, best.squeeze(-1).gather(1, safe), torch.zeros_like(safe, dtype=prob.dtype))
+    labels = torch.where(kept, rows.argmax(-1), torch.full_like(safe, -1))
+    picked = boxes.gather(1, safe.unsqueeze(-1).expand(-1, -1, 4))
+    return torch.where(kept.unsqueeze(-1), picked, torch.zeros_like(picked)), scores, labels, counts
+
+
+def detr_postprocess(self: Any, outputs: Any, threshold: float = 0.5, target_sizes: Any = None) -> Padded:
+    """Tensor-only ``{Detr,Yolos}ImageProcessor.post_process_object_detection`` (softmax, no top-k)."""
+    prob = nn.functional.softmax(outputs.logits, -1)[..., :-1]
+    return _threshold_in_query_order(prob, _scaled_corners(outputs.pred_boxes, target_sizes), threshold)
+
+
+def rt_detr_postprocess(
+    self: Any, outputs: Any, threshold: float = 0.5, target_sizes: Any = None, use_focal_loss: bool = True
+) -> Padded:
+    """Tensor-only ``RTDetrImageProcessor.post_process_object_detection``.
+
+    Focal (the default): eager keeps the top num_queries (query, class) pairs by sigmoid score,
+    then those above the threshold, by descending score. multiclass_nms with iou_threshold=1.0 and
+    per-class caps of num_queries keeps the same pairs in the same order (only exact score ties
+    may order differently: eager's top-k breaks them by query, multiclass_nms by class first).
+    Non-focal: eager takes ``softmax`` without ``dim`` (dim 0 on 3-D logits) and keeps query order.
+    """
+    boxes = _scaled_corners(outputs.pred_boxes, target_sizes)
+    if not use_focal_loss:
+        prob = nn.functional.softmax(outputs.logits, dim=0)[:, :, :-1]
+        return _threshold_in_query_order(prob, boxes, threshold)
+    queries = outputs.logits.shape[1]
+    det_boxes, det_scores, det_labels, counts = fxdeploy.ops.multiclass_nms(
+        boxes, outputs.logits.sigmoid(), iou_threshold=1.0, score_threshold=threshold,
+        max_output_boxes_per_class=queries, keep_top_k=queries,
+    )
+    return det_boxes, det_scores, det_labels, counts
+
+
+def unpack(outputs: Padded) -> Detections:
+    """Host side: padded [B, K] outputs back to eager's list of per-image dicts (its key order)."""
+    boxes, scores, labels, counts = outputs
+    return [
+        {"scores": scores[i, :n], "labels": labels[i, :n], "boxes": boxes[i, :n]}
+        for i, n in enumerate(counts.tolist())
+    ]
+
+
+def _substitution(processor_class: type, replacement: Callable[..., Padded]) -> dict[Any, Substitution]:
+    target = processor_class.post_process_object_detection
+    return {target: Substitution(target, replacement, unpack=unpack)}
+
+
+DETR_SUBSTITUTIONS = _substitution(transformers.DetrImageProcessor, detr_postprocess)
+YOLOS_SUBSTITUTIONS = _substitution(transformers.YolosImageProcessor, detr_postprocess)
+RT_DETR_SUBSTITUTIONS = _substitution(transformers.RTDetrImageProcessor, rt_detr_postprocess)
+FXDEPLOY_SUBSTITUTIONS = {**DETR_SUBSTITUTIONS, **YOLOS_SUBSTITUTIONS, **RT_DETR_SUBSTITUTIONS}
+"""Picked up by the CLI and the benchmark's subprocesses (``examples/zoo.py:detr_small``)."""
+
+
+def _images(batch: int, height: int, width: int) -> tuple[torch.Tensor]:
+    """Normalized images, as the processors' ``preprocess`` would hand them to the model."""
+    return (torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(0)),)
+
+
+def resnet50() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The real default ResNetConfig (ResNet-50: bottleneck, depths 3-4-6-3), 224x224."""
+    torch.manual_seed(0)
+    return ResNetForImageClassification(ResNetConfig()).eval(), _images(2, 224, 224)
+
+
+def resnet_small() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A four-stage basic-block ResNet, narrow and one block deep: the fast classifier."""
+    torch.manual_seed(0)
+    config = ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], layer_type="basic", num_labels=10
+    )
+    return ResNetForImageClassification(config).eval(), _images(2, 64, 64)
+
+
+def vit_small() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """ViT-style encoder, 4 layers of width 192 over 6x6 patches of a 96x96 image."""
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=96, patch_size=16, hidden_size=192, num_hidden_layers=4, num_attention_heads=3,
+        intermediate_size=768, num_labels=10,
+    )
+    return ViTForImageClassification(config).eval(), _images(2, 96, 96)
+
+
+def _spread_class_logits(head: nn.Linear, std: float, bias: float) -> None:
+    """Random heads give near-uniform (or saturated) scores, so nothing or everything passes the
+    threshold and the parity check would be vacuous. With these logits, and each factory's
+    threshold near the median score, about half the queries are kept."""
+    with torch.no_grad():
+        head.weight.normal_(0.0, std)
+        head.bias.fill_(bias)
+
+
+def _trained_like_init(model: nn.Module, *queries: torch.Tensor) -> None:
+    """transformers initializes these detectors for training (std 0.01-0.02 linears and convs,
+    near-zero learned queries): run as is, RT-DETR's encoder output decays to ~1e-10, so every
+    proposal scores the same and its top-k picks among exact ties, and every DETR/YOLOS query
+    predicts the same box. A trained checkpoint has O(1) activations and distinct queries;
+    xavier linears (DETR's reference init), fan-in convs and spread-out queries give that, and a
+    parity check that means something. The backbone keeps its own (kaiming) init."""
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if "backbone" in name:
+                continue
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+            elif isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+        for param in queries:
+            param.normal_(0.0, 3.0)
+
+
+def _small_resnet_backbone(config_class: type = ResNetConfig, **kwargs: Any) -> Any:
+    return config_class(
+        embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], layer_type="basic", **kwargs
+    )
+
+
+def detr_small() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """DETR with its own (transformers) ResNet backbone: no timm, no pretrained download."""
+    torch.manual_seed(0)
+    config = DetrConfig(
+        use_timm_backbone=False, use_pretrained_backbone=False,
+        backbone_config=_small_resnet_backbone(out_features=["stage4"]),
+        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=30, num_labels=10,
+    )
+    model = DetrForObjectDetection(config).eval()
+    _trained_like_init(model, model.model.query_position_embeddings.weight)
+    _spread_class_logits(model.class_labels_classifier, 0.3, 0.0)
+    wrapper = DetectorWithPostprocess(model, transformers.DetrImageProcessor(), 0.75, (480, 640))
+    return wrapper.eval(), _images(2, 128, 128)
+
+
+def rt_detr_small() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """RT-DETR with an RT-DETR ResNet backbone built from its config (three feature levels)."""
+    torch.manual_seed(0)
+    config = RTDetrConfig(
+        backbone_config=_small_resnet_backbone(RTDetrResNetConfig, out_features=["stage2", "stage3", "stage4"]),
+        use_pretrained_backbone=False, encoder_in_channels=[32, 64, 128], encoder_hidden_dim=64,
+        encoder_ffn_dim=128, encoder_attention_heads=4, d_model=64, decoder_in_channels=[64, 64, 64],
+        decoder_ffn_dim=128, decoder_attention_heads=4, decoder_layers=2, num_queries=30, num_labels=10,
+    )
+    model = RTDetrForObjectDetection(config).eval()
+    _trained_like_init(model)
+    for head in model.model.decoder.class_embed:
+        _spread_class_logits(head, 0.15, -1.5)
+    _spread_class_logits(model.model.enc_score_head, 0.15, -1.5)
+    wrapper = DetectorWithPostprocess(model, transformers.RTDetrImageProcessor(), 0.7, (480, 640))
+    return wrapper.eval(), _images(2, 128, 128)
+
+
+def yolos_small() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """YOLOS: a ViT over patches plus detection tokens, 2 layers of width 96."""
+    torch.manual_seed(0)
+    config = YolosConfig(
+        image_size=[128, 128], patch_size=16, hidden_size=96, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=192, num_detection_tokens=20, num_labels=10,
+    )
+    model = YolosForObjectDetection(config).eval()
+    embeddings = model.vit.embeddings
+    _trained_like_init(model, embeddings.detection_tokens, embeddings.position_embeddings)
+    _spread_class_logits(model.class_labels_classifier.layers[-1], 0.3, 0.0)
+    wrapper = DetectorWithPostprocess(model, transformers.YolosImageProcessor(), 0.35, (480, 640))
+    return wrapper.eval(), _images(2, 128, 128)
+
+
+class ZooEntry(NamedTuple):
+    factory: Factory
+    substitutions: dict[Any, Substitution] | None
+    kind: str
+    """"classifier" (compare tensors) or "detector" (compare detections, paired by IoU)."""
+    dynamic_shapes: dict[str, dict[int, Any]]
+
+
+def _dims(*names: str) -> dict[str, dict[int, Any]]:
+    batch = {0: ("batch", 1, 8)}
+    if "hw" in names:
+        return {"pixel_values": {**batch, 2: ("height", 64, 256), 3: ("width", 64, 256)}}
+    return {"pixel_values": batch}
+
+
+ZOO: dict[str, ZooEntry] = {
+    "resnet50": ZooEntry(resnet50, None, "classifier", _dims("batch", "hw")),
+    "resnet_small": ZooEntry(resnet_small, None, "classifier", _dims("batch", "hw")),
+    "vit_small": ZooEntry(vit_small, None, "classifier", _dims("batch")),
+    "detr_small": ZooEntry(detr_small, DETR_SUBSTITUTIONS, "detector", _dims("batch")),
+    "rt_detr_small": ZooEntry(rt_detr_small, RT_DETR_SUBSTITUTIONS, "detector", _dims("batch")),
+    "yolos_small": ZooEntry(yolos_small, YOLOS_SUBSTITUTIONS, "detector", _dims("batch")),
+}
+"""name -> (factory, substitutions or None, kind, dynamic_shapes for ``fxdeploy.lower``)."""

@@ -1,0 +1,64 @@
+"""Cache keys: sha256 over the fingerprint parts, the settings, the target and the environment."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fxdeploy.cache.fingerprint import UncacheableError
+from fxdeploy.version import __version__
+
+KEY_FORMAT = 1
+"""Bumped when the key's recipe changes, so old entries are never read under a new meaning."""
+
+
+def cache_key(*, target: str, settings: Mapping[str, Any], parts: Mapping[str, Any]) -> str:
+    """sha256 of everything that decides the artifact. ``settings['cache']`` is left out: where
+    and how much to cache does not change what is built."""
+    payload = {
+        "format": KEY_FORMAT, "target": target, "runtime_version": runtime_version(target),
+        "settings": {k: v for k, v in settings.items() if k != "cache"},
+        "environment": environment(), "parts": parts,
+    }
+    try:
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UncacheableError(f"cache key parts are not plain data: {exc}") from exc
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("FXDEPLOY_CACHE_DIR") or Path.home() / ".cache" / "fxdeploy")
+
+
+def runtime_version(target: str) -> str | None:
+    """The version of the runtime that ``target`` lowers for and loads with."""
+    from fxdeploy.targets import get_target
+
+    return get_target(target).version()
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> dict[str, Any]:
+    """What else decides an artifact: the lowering stack's versions and the machine."""
+    versions = {}
+    for dist in ("torch", "onnx", "onnxscript"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "fxdeploy": __version__, "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **versions,
+        "machine": platform.machine(), "system": platform.system(), "gpu": gpu,
+    }

@@ -1,0 +1,109 @@
+"""``fxdeploy bench`` and ``fxdeploy compare``: kept apart from cli.py so that file stays small."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the two subcommands on ``fxdeploy``'s subparsers."""
+    bench = sub.add_parser("bench", help="time eager, inductor, the peers and every fxdeploy target side by side")
+    bench.add_argument("model", help="file.py:factory or package.module:factory returning (model, inputs)")
+    bench.add_argument("--targets", default="all", help="'all' or a comma-separated list of fxdeploy targets")
+    bench.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                       help="also time torch.onnx.export+ORT, OpenVINO's torch.compile and pnnx+ncnn")
+    bench.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=True)
+    bench.add_argument("--batch", type=int, nargs="+", metavar="N",
+                       help="batch size(s); the example inputs are cycled along dim 0 (default: as given)")
+    bench.add_argument("--threads", type=int, default=2, help="intra-op threads for every row (default 2)")
+    bench.add_argument("--warmup", type=float, default=1.0, metavar="S", help="warm-up seconds (and >= 10 runs)")
+    bench.add_argument("--warmup-runs", type=int, default=10)
+    bench.add_argument("--min-time", type=float, default=3.0, metavar="S", help="measured seconds per row")
+    bench.add_argument("--min-runs", type=int, default=50)
+    bench.add_argument("--rounds", type=int, default=5, help="interleaved measurement rounds")
+    bench.add_argument("--json", metavar="OUT.json", help="write the result document (schema: benchmarks/SCHEMA.md)")
+    bench.add_argument("--plot", metavar="OUT.png", help="write a bar plot of median latency (p90 whiskers)")
+    bench.add_argument("--no-progress", action="store_true")
+    bench.set_defaults(func=_cmd_bench)
+
+    compare = sub.add_parser("compare", help="lower to targets and check their outputs against eager PyTorch")
+    compare.add_argument("model", help="file.py:factory or package.module:factory returning (model, inputs)")
+    compare.add_argument("--targets", required=True, help="comma-separated fxdeploy targets")
+    compare.add_argument("--atol", type=float, default=1e-4)
+    compare.add_argument("--rtol", type=float, default=1e-3)
+    compare.add_argument("--iou", type=float, default=0.99, help="IoU for 'same box' when matching detections")
+    compare.add_argument("--score-atol", type=float, default=1e-4, help="score tolerance for matched detections")
+    compare.add_argument("--threads", type=int, default=2)
+    compare.add_argument("--dynamic", action="append", default=[], metavar="INPUT:DIM[:NAME[:MIN:MAX]]")
+    compare.set_defaults(func=_cmd_compare)
+
+
+def _targets(text: str, allow_all: bool) -> str | list[str]:
+    if allow_all and text == "all":
+        return "all"
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise ValueError(f"--targets {text!r}: give target names separated by commas")
+    return names
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from fxdeploy.bench import markdown, plot, run_benchmark
+    from fxdeploy.model_spec import load_factory, load_substitutions
+
+    model, inputs = load_factory(args.model)
+    targets = _targets(args.targets, allow_all=True)
+    batches: list[int | None] = list(args.batch) if args.batch else [None]
+    for batch in batches:
+        document = run_benchmark(
+            model, inputs, targets=targets, peers=args.peers, inductor=args.inductor, batch=batch,
+            threads=args.threads, warmup_s=args.warmup, warmup_runs=args.warmup_runs, min_time_s=args.min_time,
+            min_runs=args.min_runs, rounds=args.rounds, model_name=args.model, model_spec=args.model,
+            progress=not args.no_progress, substitutions=load_substitutions(args.model),
+        )
+        print(markdown(document))
+        print()
+        suffix = f"-b{batch}" if len(batches) > 1 else ""
+        if args.json:
+            path = _suffixed(args.json, suffix)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(document, indent=2))
+            print(f"wrote {path}", file=sys.stderr)
+        if args.plot:
+            print(f"wrote {plot(document, _suffixed(args.plot, suffix))}", file=sys.stderr)
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    return run_compare(args)
+
+
+def run_compare(args: argparse.Namespace, transform: Mapping[str, Callable[[Any], Any]] | None = None) -> int:
+    """The compare command; ``transform`` lets tests perturb a target's outputs in-process."""
+    import dataclasses
+
+    from fxdeploy.cli import parse_dynamic
+    from fxdeploy.compare import Tolerances, compare
+    from fxdeploy.model_spec import load_factory, load_substitutions
+    from fxdeploy.settings import Settings
+
+    model, inputs = load_factory(args.model)
+    report = compare(
+        model, inputs, _targets(args.targets, allow_all=False),
+        tolerances=Tolerances(args.atol, args.rtol, args.iou, args.score_atol),
+        settings=dataclasses.replace(Settings(), threads=args.threads),
+        dynamic_shapes=parse_dynamic(args.dynamic), substitutions=load_substitutions(args.model),
+        transform=transform,
+    )
+    print(report)
+    return report.exit_code()
+
+
+def _suffixed(path: str, suffix: str) -> Path:
+    p = Path(path)
+    return p.with_name(p.stem + suffix + p.suffix)

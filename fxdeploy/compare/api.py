@@ -1,0 +1,148 @@
+"""``compare(model, inputs, targets=[...])``: lower to each target and check it against eager."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fxdeploy.compare.outputs import Comparison, Tolerances, compare_outputs, max_abs_error
+from fxdeploy.settings import Settings
+
+Transform = Callable[[Any], Any]
+
+
+@dataclass
+class TargetComparison:
+    target: str
+    status: str
+    """pass | fail (outputs differ) | error (lowering or running failed) | unavailable"""
+    reason: str = ""
+    results: list[Comparison] = field(default_factory=list)
+    lower_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "pass"
+
+    @property
+    def max_abs(self) -> float | None:
+        return max_abs_error(self.results) if self.results else None
+
+
+@dataclass
+class CompareReport:
+    model: str
+    input_shapes: list[tuple[int, ...]]
+    tolerances: Tolerances
+    targets: list[TargetComparison]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.targets) and all(t.ok for t in self.targets)
+
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def __str__(self) -> str:
+        tol = self.tolerances
+        lines = [
+            f"compare {self.model} on inputs {self.input_shapes} against eager PyTorch "
+            f"(atol {tol.atol:g}, rtol {tol.rtol:g}; detections: IoU >= {tol.iou:g}, score atol {tol.score_atol:g})"
+        ]
+        for t in self.targets:
+            error = "" if t.max_abs is None else f"  max abs {t.max_abs:.3g}"
+            timing = "" if t.lower_s is None else f"  lowered in {t.lower_s:.2f} s"
+            lines.append(f"  {t.target}: {t.status.upper()}{error}{timing}")
+            if t.reason:
+                lines.append(f"    {t.reason}")
+            for r in t.results:
+                mark = "ok  " if r.ok else "FAIL"
+                lines.append(f"    {mark} {r.name} [{r.kind}] max abs {r.max_abs:.3g}"
+                             + (f" - {r.detail}" if r.detail else ""))
+        passed = sum(t.ok for t in self.targets)
+        lines.append(f"result: {'PASS' if self.ok else 'FAIL'} ({passed}/{len(self.targets)} targets pass)")
+        return "\n".join(lines)
+
+
+def compare(
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...] | torch.Tensor,
+    targets: Sequence[str],
+    *,
+    tolerances: Tolerances | None = None,
+    settings: Settings | None = None,
+    dynamic_shapes: Any = None,
+    substitutions: dict[Any, Any] | None = None,
+    transform: Mapping[str, Transform] | None = None,
+) -> CompareReport:
+    """Lower ``model`` to each target and compare its outputs on ``inputs`` with eager PyTorch.
+
+    Lowering runs with ``verify=False``: this comparison *is* the verification, and lower's own
+    element-wise check would raise before a report (or a detection-aware match) could be made.
+    ``transform`` maps a target name to a function applied to that target's outputs; it exists so
+    tests can fake a broken target without registering one.
+    """
+    import fxdeploy
+
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    tol = tolerances or Tolerances()
+    statuses = fxdeploy.targets()
+    unknown = [t for t in targets if t not in statuses]
+    if unknown or not targets:
+        raise ValueError(f"unknown target(s) {unknown}; registered: {sorted(statuses)}")
+    lower_settings = dataclasses.replace(settings or Settings(), verify=False)
+    reference = reference_outputs(model, args)
+    rows = []
+    for name in targets:
+        status = statuses[name]
+        if not status.available:
+            rows.append(TargetComparison(name, "unavailable", status.reason or "unavailable"))
+            continue
+        lower = functools.partial(fxdeploy.lower, model, args, target=name, dynamic_shapes=dynamic_shapes,
+                                  settings=lower_settings, substitutions=substitutions)
+        rows.append(_compare_one(name, lower, args, reference, tol, (transform or {}).get(name)))
+    shapes = [tuple(x.shape) for x in args if isinstance(x, torch.Tensor)]
+    return CompareReport(type(model).__name__, shapes, tol, rows)
+
+
+def _compare_one(
+    name: str, lower: Callable[[], Any], args: tuple[Any, ...], reference: Any, tol: Tolerances,
+    transform: Transform | None,
+) -> TargetComparison:
+    start = time.perf_counter()
+    try:
+        deployed = lower()
+        lower_s = time.perf_counter() - start
+        got = deployed(*args)
+    except Exception as exc:  # noqa: BLE001 - a target that cannot lower is a failed row, not a crash
+        return TargetComparison(name, "error", f"{type(exc).__name__}: {exc}"[:2000])
+    if transform is not None:
+        got = transform(got)
+    results = compare_outputs(reference, got, tol)
+    status = "pass" if all(r.ok for r in results) else "fail"
+    return TargetComparison(name, status, "", results, lower_s)
+
+
+def reference_outputs(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+    """Eager outputs in eval mode without autograd, with the model's modes restored afterwards."""
+    with eval_mode(model), torch.no_grad():
+        return model(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Deployment means inference; the caller gets its model back in the modes it had."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training

@@ -1,0 +1,46 @@
+"""Small helpers shared by passes: fake-tensor metadata, unbacked sizes, call sites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._guards import detect_fake_mode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+
+def refresh_meta(gm: torch.fx.GraphModule) -> None:
+    """Recompute every node's meta['val'] after a rewrite, in the capture's own fake mode."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = [n.meta.get("val") for n in placeholders]
+    mode = detect_fake_mode(values)
+    if mode is None:
+        raise ValueError("graph inputs carry no fake tensors; cannot recompute shapes")
+    gm.recompile()
+    FakeTensorProp(gm, mode=mode).propagate_dont_convert_inputs(*values)
+
+
+def unbacked_symbols(value: Any) -> set[str]:
+    """Names of data-dependent sizes (u0, u1...) in a fake tensor's shape."""
+    if not isinstance(value, torch.Tensor):
+        return set()
+    return set().union(*(size_symbols(size) for size in value.shape))
+
+
+def size_symbols(size: Any) -> set[str]:
+    """Data-dependent symbols in one size: u3 for ``u3`` and for ``Min(100, u3)``."""
+    if not isinstance(size, torch.SymInt):
+        return set()
+    return {str(s) for s in size.node.expr.free_symbols if str(s).startswith("u")}
+
+
+def call_site(node: torch.fx.Node) -> str:
+    """The user's file:line that produced a node, from the trace's stack."""
+    trace = node.meta.get("stack_trace") or ""
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip().startswith("File ")]
+    return lines[-1] if lines else f"node {node.name}"
+
+
+def is_op(node: Any, *names: str) -> bool:
+    """Match an OpOverload by its qualified name ('fxdeploy.nms.default'), without importing it."""
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) in names

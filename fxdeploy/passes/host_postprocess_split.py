@@ -1,0 +1,175 @@
+"""Cut the graph before NMS on targets whose engine cannot run it (ncnn).
+
+The *head* (everything that does not depend on a ``multiclass_nms`` output) stays for the
+engine; the *tail* (each ``multiclass_nms`` node and everything that depends on it) runs on the
+host, inside the runtime layer, behind the same ``execute``. The result is a GraphModule with two
+submodules, ``engine_head`` and ``host_tail``, called one after the other, so the passed graph
+still runs in PyTorch (verification) and a lowering finds both halves with ``split_parts``.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from fxdeploy.passes.base import PassResult
+from fxdeploy.settings import Settings
+
+HEAD = "engine_head"
+TAIL = "host_tail"
+_NMS = "fxdeploy::multiclass_nms"
+
+_SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+Source = tuple[str, int]
+"""Where a value comes from: ("input", i) a graph input, ("head", k) or ("tail", k) an output."""
+
+
+@dataclass(frozen=True)
+class SplitParts:
+    head: GraphModule
+    tail: GraphModule
+    head_inputs: list[int]
+    tail_inputs: list[Source]
+    outputs: list[Source]
+
+
+def host_postprocess_split(gm: GraphModule, settings: Settings) -> PassResult:
+    nms = [n for n in gm.graph.nodes if n.op == "call_function" and getattr(n.target, "_name", "") == _NMS]
+    if not nms or hasattr(gm, TAIL):
+        return PassResult(gm, False)
+    tail = _descendants(nms)
+    recompute = _sizes_to_recompute(tail)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    compute = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    head_nodes = _prune_unused([n for n in compute if n not in tail], recompute)
+    tail_nodes = [n for n in compute if n in tail or n in recompute]
+    finals = list(output.args[0])
+    in_head = set(head_nodes)
+    inside = tail | recompute
+    tail_inputs = _unique(
+        a for n in tail_nodes for a in n.all_input_nodes if a not in inside and a.op != "get_attr"
+    )
+    head_outputs = _unique(
+        [a for a in tail_inputs if a.op != "placeholder"]
+        + [f for f in finals if isinstance(f, Node) and f in in_head]
+    )
+    head_inputs = [p for p in placeholders if any(p in n.all_input_nodes for n in head_nodes)]
+    tail_outputs = _unique(f for f in finals if isinstance(f, Node) and f in tail)
+    setattr(gm, HEAD, _part(gm, head_nodes, head_inputs, head_outputs))
+    setattr(gm, TAIL, _part(gm, tail_nodes, tail_inputs, tail_outputs))
+    gm.graph = _wire(placeholders, head_inputs, head_outputs, tail_inputs, tail_outputs, finals)
+    gm.delete_all_unused_submodules()
+    return PassResult(gm, True)
+
+
+def split_parts(gm: GraphModule) -> SplitParts | None:
+    """Read back how ``host_postprocess_split`` wired the two halves; None when it did not fire."""
+    if not hasattr(gm, TAIL):
+        return None
+    position = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    calls = {n.target: n for n in gm.graph.nodes if n.op == "call_module"}
+    sources: dict[Node, Source] = {n: ("input", i) for n, i in position.items()}
+    for part in ("head", "tail"):
+        for user in calls[HEAD if part == "head" else TAIL].users:
+            sources[user] = (part, int(user.args[1]))
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    return SplitParts(
+        head=getattr(gm, HEAD),
+        tail=getattr(gm, TAIL),
+        head_inputs=[position[a] for a in calls[HEAD].args],
+        tail_inputs=[sources[a] for a in calls[TAIL].args],
+        outputs=[sources[a] for a in output.args[0]],
+    )
+
+
+def _descendants(roots: list[Node]) -> set[Node]:
+    seen: set[Node] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op == "output":
+            continue
+        seen.add(node)
+        stack.extend(node.users)
+    return seen
+
+
+def _sizes_to_recompute(tail: set[Node]) -> set[Node]:
+    """Engines return tensors only: sizes (SymInts) the tail needs are recomputed on the host.
+
+    They are copied, not moved, since the head may need the same size (a reshape by batch).
+    """
+    recompute: set[Node] = set()
+    stack = [a for n in tail for a in n.all_input_nodes]
+    while stack:
+        node = stack.pop()
+        if node in tail or node in recompute or node.op in ("placeholder", "get_attr"):
+            continue
+        if not isinstance(node.meta.get("val"), _SIZES):
+            continue  # a tensor (or an unknown value): the engine hands it over as an output
+        recompute.add(node)
+        stack.extend(node.all_input_nodes)
+    return recompute
+
+
+def _prune_unused(head_nodes: list[Node], recompute: set[Node]) -> list[Node]:
+    """Drop the sizes that only the tail needed, so the engine gets no input it does not use."""
+    kept = set(head_nodes)
+    changed = True
+    while changed:
+        unused = {n for n in kept & recompute if not any(u in kept for u in n.users)}
+        kept -= unused
+        changed = bool(unused)
+    return [n for n in head_nodes if n in kept]
+
+
+def _part(gm: GraphModule, nodes: list[Node], inputs: list[Node], outputs: list[Node]) -> GraphModule:
+    """A standalone GraphModule of ``nodes``; weights are copied in as attributes, not inputs."""
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    for node in inputs:
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in nodes:
+        for attr in node.all_input_nodes:
+            if attr.op == "get_attr" and attr not in env:
+                env[attr] = graph.node_copy(attr)
+        env[node] = graph.node_copy(node, lambda a: env[a])
+    graph.output(tuple(env[n] for n in outputs))
+    part = GraphModule(gm, graph)
+    part.eval()
+    return part
+
+
+def _wire(
+    placeholders: list[Node], head_inputs: list[Node], head_outputs: list[Node],
+    tail_inputs: list[Node], tail_outputs: list[Node], finals: list[object],
+) -> Graph:
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    for node in placeholders:
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    head = graph.call_module(HEAD, tuple(env[n] for n in head_inputs))
+    for k, node in enumerate(head_outputs):
+        env[node] = graph.call_function(operator.getitem, (head, k))
+        env[node].meta = dict(node.meta)
+    tail = graph.call_module(TAIL, tuple(env[n] for n in tail_inputs))
+    for k, node in enumerate(tail_outputs):
+        env[node] = graph.call_function(operator.getitem, (tail, k))
+        env[node].meta = dict(node.meta)
+    for node in finals:
+        if isinstance(node, Node) and node not in env:  # a weight returned as is
+            env[node] = graph.node_copy(node)
+    graph.output(tuple(env[f] if isinstance(f, Node) else f for f in finals))
+    return graph
+
+
+def _unique(nodes: Iterable[Node]) -> list[Node]:
+    return list(dict.fromkeys(nodes))

@@ -1,0 +1,50 @@
+"""The lowering report (``fxdeploy lower --report report.md``): what fxdeploy did, and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fxdeploy.deployed import Deployed
+
+
+def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> str:
+    manifest = deployed.manifest
+    info = manifest["info"]
+    lines = [f"# fxdeploy lowering report: {manifest['target']}", ""]
+    lines += [
+        f"- fxdeploy {manifest['fxdeploy_version']}, runtime {manifest['runtime_version']}",
+        f"- capture mode: {info.get('capture_mode', '?')}",
+        f"- substitutions applied: {', '.join(info.get('substitutions') or []) or 'none'}",
+    ]
+    if lower_seconds is not None:
+        lines.append(f"- lowering time: {lower_seconds:.2f} s")
+    lines += ["", "## Inputs and outputs", "", "| name | dtype | shape |", "|---|---|---|"]
+    for spec in manifest["inputs"] + manifest["outputs"]:
+        lines.append(f"| {spec['name']} | {spec['dtype']} | {spec['shape']} |")
+    if manifest["dims"]:
+        lines += ["", "| dim | min | opt | max |", "|---|---|---|---|"]
+        lines += [f"| {n} | {r['min']} | {r['opt']} | {r['max']} |" for n, r in manifest["dims"].items()]
+    lines += ["", "## Passes", ""]
+    lines += _passes(deployed.report)
+    host = info.get("host_nodes") or info.get("host_ops")
+    lines += ["", "## Nodes the target could not take", ""]
+    lines.append(f"Run on the host instead: {host}" if host else "None: the whole graph runs in the engine.")
+    lines += ["", "## Shape checks against eager", "", "| check | input shapes | max abs error |", "|---|---|---|"]
+    for check in info.get("shape_checks", []):
+        lines.append(f"| {check['label']} | {check['shapes']} | {check['max_abs_error']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+def _passes(report: Any) -> list[str]:
+    if report is None:
+        return ["(not recorded: this Deployed was loaded from disk)"]
+    rows = ["| pass | fired | ops changed (before → after) |", "|---|---|---|"]
+    for record in report.records:
+        changed = sorted(set(record.before) | set(record.after))
+        delta = [
+            f"{op}: {record.before.get(op, 0)} → {record.after.get(op, 0)}"
+            for op in changed
+            if record.before.get(op, 0) != record.after.get(op, 0)
+        ]
+        rows.append(f"| {record.name} | {'yes' if record.modified else 'no'} | {'; '.join(delta) or '—'} |")
+    return rows

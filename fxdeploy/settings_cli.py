@@ -1,0 +1,123 @@
+"""CLI flags generated from the Settings dataclasses and their field docstrings, plus config files.
+
+``--threads``, ``--capture-mode``, ``--ncnn-fp16/--no-ncnn-fp16`` ... come from the fields, so a
+new setting is a CLI flag with help text the moment it is added. Resolution order: preset, then
+``--config file.toml``, then flags. ``--print-settings`` prints the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import json
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+
+from fxdeploy import settings as settings_mod
+from fxdeploy.settings import Settings
+
+
+@functools.cache
+def field_docs() -> dict[tuple[str, str], str]:
+    """{(class name, field): docstring} read from settings.py's source (strings after fields)."""
+    tree = ast.parse(inspect.getsource(settings_mod))
+    docs: dict[tuple[str, str], str] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        body = node.body
+        for current, following in zip(body, body[1:], strict=False):
+            if isinstance(current, ast.AnnAssign) and isinstance(current.target, ast.Name):
+                if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+                    docs[(node.name, current.target.id)] = " ".join(str(following.value.value).split())
+    return docs
+
+
+def leaf_fields(cls: type = Settings, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:
+    """(path, type hint, default) for every non-table field, depth first."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        default = getattr(cls(), f.name)
+        if dataclasses.is_dataclass(default):
+            out.extend(leaf_fields(type(default), (*prefix, f.name)))
+        else:
+            out.append(((*prefix, f.name), hints[f.name], default))
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (flags override --config, which overrides --preset)")
+    group.add_argument("--preset", default="default", choices=sorted(settings_mod.PRESETS))
+    group.add_argument("--config", type=Path, help="TOML file with the same keys as fxdeploy.Settings")
+    group.add_argument("--print-settings", action="store_true", help="print the resolved settings and exit")
+    docs = field_docs()
+    owners = {f.name: type(getattr(Settings(), f.name)).__name__ for f in dataclasses.fields(Settings)}
+    for path, hint, default in leaf_fields():
+        owner = "Settings" if len(path) == 1 else owners[path[0]]
+        flag = "--" + "-".join(path).replace("_", "-")
+        help_text = f"{docs.get((owner, path[-1]), '')} (default: {default!r})"
+        dest = "setting:" + ".".join(path)
+        if hint is bool:
+            group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,
+                               default=argparse.SUPPRESS, help=help_text)
+        elif typing.get_origin(hint) is Literal:
+            group.add_argument(flag, dest=dest, choices=list(typing.get_args(hint)),
+                               default=argparse.SUPPRESS, help=help_text)
+        else:
+            group.add_argument(flag, dest=dest, type=hint, default=argparse.SUPPRESS, help=help_text,
+                               metavar=hint.__name__.upper())
+
+
+def resolve(args: argparse.Namespace) -> Settings:
+    settings = settings_mod.preset(args.preset)
+    if args.config is not None:
+        settings = settings_mod.merge(settings, load_config(args.config), where=str(args.config))
+    overrides: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if key.startswith("setting:"):
+            *tables, name = key.removeprefix("setting:").split(".")
+            node = overrides
+            for table in tables:
+                node = node.setdefault(table, {})
+            node[name] = value
+    return settings_mod.merge(settings, overrides, where="command line") if overrides else settings
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"config file {path} is not valid TOML: {exc}") from exc
+    return data.get("settings", data) if isinstance(data.get("settings"), dict) else data
+
+
+def render(settings: Settings) -> str:
+    """The resolved settings as TOML, the format --config reads."""
+    tables: list[str] = []
+    top: list[str] = []
+    for key, value in settings.to_dict().items():
+        if isinstance(value, dict):
+            rows = "\n".join(f"{k} = {_toml(v)}" for k, v in value.items())
+            tables.append(f"[{key}]\n{rows}")
+        else:
+            top.append(f"{key} = {_toml(value)}")
+    return "\n".join(top) + "\n\n" + "\n\n".join(tables) + "\n"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return json.dumps(value)

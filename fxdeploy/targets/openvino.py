@@ -1,0 +1,40 @@
+"""OpenVINO: the same ONNX as the onnxruntime target, compiled by OpenVINO for the CPU.
+
+Sharing the ONNX step means both targets see one graph, so a difference between them is a
+runtime difference, not a lowering one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fxdeploy.passes.pipelines import pipeline_for
+from fxdeploy.runtime.executor import Executor
+from fxdeploy.settings import Settings
+from fxdeploy.targets import Target
+from fxdeploy.targets.onnxruntime import lower_onnx
+
+
+def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
+    from fxdeploy.runtime.openvino import OpenVinoExecutor
+
+    names = [o["name"] for o in manifest["outputs"]]
+    return OpenVinoExecutor(directory / "model.onnx", names, settings)
+
+
+def version() -> str | None:
+    from fxdeploy.runtime.openvino import version as openvino_version
+
+    return openvino_version()
+
+
+TARGET = Target(
+    name="openvino",
+    pipeline=pipeline_for("openvino"),
+    lower=lower_onnx,
+    load=load,
+    version=version,
+    install_hint="pip install fxdeploy[openvino]",
+    backend_name="fxdeploy_openvino",
+)

@@ -1,0 +1,72 @@
+"""TensorRT: the ONNX of the shared ONNX lowering (NMS flavour from settings), built into an engine.
+
+The two steps are separate on purpose: ``tensorrt_onnx`` writes exactly the ONNX that the engine
+is built from, so its numerics can be checked on ONNX Runtime on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fxdeploy.passes.pipelines import pipeline_for
+from fxdeploy.runtime.executor import Executor
+from fxdeploy.settings import Settings
+from fxdeploy.targets import Lowered, LoweringJob, Target
+from fxdeploy.targets.onnxruntime import lower_onnx
+
+NOT_INSTALLED = (
+    "TensorRT is not installed: the `tensorrt` packages on this registry are placeholders that "
+    "download from an unreachable host; install TensorRT 10+ with a CUDA GPU"
+)
+
+
+def tensorrt_onnx(job: LoweringJob) -> Lowered:
+    """The ONNX step alone: what the TensorRT parser will see."""
+    return lower_onnx(job, flavour=job.settings.tensorrt.nms_flavour)
+
+
+def lower(job: LoweringJob) -> Lowered:
+    from fxdeploy.lowering.tensorrt import PLAN, build_engine, profile_shapes
+
+    onnx = tensorrt_onnx(job)
+    profile = profile_shapes(job.example_inputs, job.input_names, job.dynamic_shapes)
+    info = build_engine(job.out_dir / "model.onnx", profile, job.settings, job.out_dir)
+    info["nms_flavour"] = job.settings.tensorrt.nms_flavour
+    return Lowered([*onnx.files, PLAN], {**onnx.info, **info})
+
+
+def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
+    from fxdeploy.runtime.tensorrt import TensorRTExecutor
+
+    names = [o["name"] for o in manifest["outputs"]]
+    return TensorRTExecutor(directory / "model.plan", names, manifest["info"].get("tensorrt_profile", {}))
+
+
+def version() -> str | None:
+    from fxdeploy.runtime.tensorrt import version as trt_version
+
+    return trt_version()
+
+
+def unavailable_reason() -> str | None:
+    if importlib.util.find_spec("tensorrt") is None or version() is None:
+        return NOT_INSTALLED
+    if not torch.cuda.is_available():
+        return "no CUDA device: TensorRT needs an NVIDIA GPU, and torch.cuda.is_available() is False"
+    return None
+
+
+TARGET = Target(
+    name="tensorrt",
+    pipeline=pipeline_for("tensorrt"),
+    lower=lower,
+    load=load,
+    version=version,
+    install_hint="install TensorRT 10+ (pip install fxdeploy[tensorrt]) on a machine with a CUDA GPU",
+    backend_name="fxdeploy_trt",
+    unavailable_reason=unavailable_reason,
+)

@@ -1,0 +1,155 @@
+"""After lowering: run the artifact at the min, opt and max of every dynamic dim, against eager.
+
+Eager means the model itself (with the method substitutions that capture used) whenever the
+deployed structure can be compared with it; where capture needed dynamo-only function
+substitutions, the reference is the captured graph run by PyTorch. A mismatch is an error that
+names the input shapes, never a silent success.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fxdeploy import structure
+from fxdeploy.errors import LoweringError
+
+MAX_CHECKED = 4096
+"""An unbounded (or huge) max is checked at min(max, 2 * opt) instead; the manifest says so."""
+
+
+def check_sizes(dims: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
+    """(label, {dim: size}) for the example shape (empty sizes), then min, opt and max."""
+    if not dims:
+        return [("example", {})]
+    points: list[tuple[str, dict[str, int]]] = [("example", {})]
+    for label in ("min", "opt", "max"):
+        sizes = {}
+        for name, r in dims.items():
+            value = r.max if label == "max" else getattr(r, label)
+            if label == "max" and value > MAX_CHECKED:
+                value = max(r.min, min(2 * r.opt, MAX_CHECKED))
+            sizes[name] = value
+        if all(sizes != s for _, s in points):
+            points.append((label, sizes))
+    return points
+
+
+def resized(
+    examples: list[torch.Tensor], shapes: list[list[int | str]], sizes: dict[str, int], seed: int
+) -> list[torch.Tensor]:
+    """Random inputs at ``sizes`` whose values span the example's range (images stay images)."""
+    if not sizes:
+        return examples
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for example, shape in zip(examples, shapes, strict=True):
+        dims = [sizes[d] if isinstance(d, str) else d for d in shape]
+        out.append(_like(example, dims, generator))
+    return out
+
+
+def _like(example: torch.Tensor, dims: list[int], generator: torch.Generator) -> torch.Tensor:
+    if example.dtype == torch.bool:
+        return torch.randint(0, 2, dims, generator=generator).bool()
+    low, high = (example.min().item(), example.max().item()) if example.numel() else (0, 1)
+    if example.dtype.is_floating_point:
+        if high <= low:
+            return torch.full(dims, low, dtype=example.dtype)
+        return (torch.rand(dims, generator=generator) * (high - low) + low).to(example.dtype)
+    return torch.randint(int(low), int(high) + 1, dims, generator=generator).to(example.dtype)
+
+
+def compare(
+    label: str, inputs: list[torch.Tensor], got: Any, want: Any, atol: float, target: str,
+    detections: list[bool] | None = None, precision: str = "fp32",
+) -> float:
+    """Max error over tensor leaves; raise LoweringError naming the shapes on any mismatch.
+
+    Leaves computed from an NMS result (``detections``) are compared as sets of rows per image:
+    runtimes order equal scores differently. Under fp16 they are not compared here, since a
+    score that crosses a threshold legitimately changes the set; the fp16 tolerance for
+    detections is documented and tested instead.
+    """
+    shapes = [tuple(x.shape) for x in inputs]
+    got_leaves, _ = pytree.tree_flatten(structure.dataclasses_to_dicts(got))
+    want_leaves, _ = pytree.tree_flatten(structure.dataclasses_to_dicts(want))
+    where = f"the {target} artifact at the {label} input shapes {shapes}"
+    if len(got_leaves) != len(want_leaves):
+        raise LoweringError(f"{where} returns {len(got_leaves)} values, eager {len(want_leaves)}")
+    flags = detections if detections is not None and len(detections) == len(want_leaves) else [False] * len(want_leaves)
+    worst = 0.0
+    for index, (have, ref, is_detection) in enumerate(zip(got_leaves, want_leaves, flags, strict=True)):
+        if not isinstance(ref, torch.Tensor):
+            if have != ref:
+                raise LoweringError(f"{where}: output #{index} is {have!r}, eager gives {ref!r}")
+            continue
+        if is_detection and precision == "fp16":
+            continue
+        if tuple(have.shape) != tuple(ref.shape):
+            raise LoweringError(
+                f"{where}: output #{index} has shape {tuple(have.shape)}, eager gives {tuple(ref.shape)}"
+            )
+        check = _check_rows if is_detection and ref.dim() > 0 else _check_close
+        worst = max(worst, check(have, ref, atol, f"{where}: output #{index}"))
+    return worst
+
+
+def _check_rows(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str) -> float:
+    """Order-insensitive: every row (per image when batched) pairs with a row within tolerance."""
+    groups = zip(have, ref, strict=True) if ref.dim() >= 2 else [(have, ref)]
+    worst = 0.0
+    for image, (h, r) in enumerate(groups):
+        a, b = h.double().reshape(len(h), -1), r.double().reshape(len(r), -1)
+        if not len(b):
+            continue
+        scale = max(1.0, float(b[torch.isfinite(b)].abs().max())) if torch.isfinite(b).any() else 1.0
+        distance = torch.cdist(a, b, p=float("inf")).nan_to_num(nan=float("inf"))
+        free = set(range(len(a)))
+        for j in range(len(b)):
+            i = min(free, key=lambda k: float(distance[k, j]))
+            error = float(distance[i, j])
+            if error > atol * scale:
+                raise LoweringError(
+                    f"{where}: image {image} row {j} {b[j].tolist()[:6]} has no match within {atol * scale:.3g} "
+                    f"(closest differs by {error:.3g})"
+                )
+            free.discard(i)
+            worst = max(worst, error)
+    return worst
+
+
+def _check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str) -> float:
+    if ref.numel() == 0:
+        return 0.0
+    a, b = have.double(), ref.double()
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    same_special = (a == b) | (torch.isnan(a) & torch.isnan(b))  # inf == inf, nan ~ nan
+    if bool((~(finite | same_special)).any()):
+        raise LoweringError(f"{where}: NaN/Inf positions differ from eager")
+    if not bool(finite.any()):
+        return 0.0
+    error = float((a - b)[finite].abs().max())
+    scale = max(1.0, float(b[finite].abs().max()))
+    if error > atol * scale:
+        raise LoweringError(f"{where} differs from eager by {error:.3g} (tolerance {atol * scale:.3g})")
+    return error
+
+
+def run_checks(
+    target: str, dims: dict[str, Any], examples: list[torch.Tensor], shapes: list[list[int | str]],
+    deployed_fn: Callable[[list[torch.Tensor]], Any], eager_fn: Callable[[list[torch.Tensor]], Any],
+    atol: float, detections: list[bool] | None = None, precision: str = "fp32",
+) -> list[dict[str, Any]]:
+    """Each check: its label, the input shapes, and the max error; raises on the first mismatch."""
+    results = []
+    for seed, (label, sizes) in enumerate(check_sizes(dims)):
+        inputs = resized(examples, shapes, sizes, seed)
+        with torch.no_grad():
+            want = eager_fn(inputs)
+        error = compare(label, inputs, deployed_fn(inputs), want, atol, target, detections, precision)
+        results.append({"label": label, "shapes": [list(x.shape) for x in inputs], "max_abs_error": error})
+    return results

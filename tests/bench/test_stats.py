@@ -1,0 +1,72 @@
+"""Summary statistics and the measuring loop, on known samples (no timing assertions)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from fxdeploy.bench.timing import Budget, measure_interleaved, summarize
+
+
+def test_percentiles_on_known_samples() -> None:
+    stats = summarize(list(range(1, 101)), batch=4)
+    assert stats["count"] == 100
+    assert stats["median"] == pytest.approx(50.5)
+    assert stats["p90"] == pytest.approx(90.1)  # linear interpolation, as numpy.percentile
+    assert stats["p99"] == pytest.approx(99.01)
+    assert (stats["min"], stats["max"], stats["mean"]) == (1.0, 100.0, 50.5)
+    assert stats["std"] == pytest.approx(np.std(np.arange(1, 101), ddof=1))
+    assert stats["throughput"] == pytest.approx(4 * 1000 / 50.5)
+
+
+def test_steady_samples_do_not_warn(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="fxdeploy.bench.timing"):
+        stats = summarize([10.0, 10.1, 9.9, 10.0, 10.05])
+    assert stats["cv"] < 0.05 and stats["cv_warning"] is False
+    assert not caplog.records
+
+
+def test_noisy_samples_warn_and_flag(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="fxdeploy.bench.timing"):
+        stats = summarize([10.0, 10.0, 10.0, 20.0])
+    assert stats["cv"] == pytest.approx(np.std([10, 10, 10, 20], ddof=1) / 12.5)
+    assert stats["cv_warning"] is True
+    assert "CV 40.0% > 5%" in caplog.text
+
+
+def test_single_sample_and_empty() -> None:
+    stats = summarize([3.0])
+    assert stats["median"] == stats["p99"] == 3.0 and stats["std"] == 0.0 and not stats["cv_warning"]
+    with pytest.raises(ValueError, match="at least one sample"):
+        summarize([])
+
+
+def test_budget_minimum_runs_are_respected() -> None:
+    calls = {"a": 0, "b": 0}
+
+    def bump(name: str) -> None:
+        calls[name] += 1
+
+    budget = Budget(warmup_s=0.0, warmup_runs=3, min_time_s=0.0, min_runs=10, rounds=5)
+    samples, failures = measure_interleaved({"a": lambda: bump("a"), "b": lambda: bump("b")}, budget)
+    assert failures == {}
+    assert len(samples["a"]) == len(samples["b"]) == 10  # 5 rounds of ceil(10 / 5)
+    assert calls == {"a": 13, "b": 13}  # plus the warm-up runs, which are not samples
+
+
+def test_a_failing_contender_is_reported_not_raised() -> None:
+    def broken() -> None:
+        raise RuntimeError("engine exploded")
+
+    budget = Budget(warmup_s=0.0, warmup_runs=1, min_time_s=0.0, min_runs=2, rounds=1)
+    samples, failures = measure_interleaved({"ok": lambda: None, "broken": broken}, budget)
+    assert list(samples) == ["ok"] and len(samples["ok"]) == 2
+    assert failures == {"broken": "RuntimeError: engine exploded"}
+
+
+@pytest.mark.parametrize("bad", [{"min_runs": 0}, {"rounds": 0}, {"warmup_s": -1.0}])
+def test_budget_rejects_nonsense(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        Budget(**bad)  # type: ignore[arg-type]

@@ -1,0 +1,65 @@
+"""``fxdeploy compare``: exit 0 on parity, 1 on a mismatch (with a readable report), 2 on misuse."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fxdeploy.cli import _parser, main
+from fxdeploy.cli_bench import run_compare
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.skipif(
+    not __import__("fxdeploy").targets()["onnxruntime"].available, reason="onnxruntime is not available here"
+)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fxdeploy.cli", *args], capture_output=True, text=True, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, timeout=300,
+    )
+
+
+def test_compare_passes_with_exit_0() -> None:
+    result = _cli("compare", "examples/models.py:convnet", "--targets", "onnxruntime")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "onnxruntime: PASS" in result.stdout
+    assert "result: PASS (1/1 targets pass)" in result.stdout
+
+
+def test_perturbed_target_fails_with_exit_1_and_a_readable_report(capsys: pytest.CaptureFixture[str]) -> None:
+    args = _parser().parse_args(["compare", "examples/models.py:convnet", "--targets", "onnxruntime"])
+    assert isinstance(args, argparse.Namespace)
+
+    def perturb(output: torch.Tensor) -> torch.Tensor:
+        return output + 0.5 * (torch.arange(output.shape[-1]) == 3)
+
+    code = run_compare(args, transform={"onnxruntime": perturb})
+    report = capsys.readouterr().out
+    assert code == 1, report
+    assert "onnxruntime: FAIL  max abs 0.5" in report
+    assert "FAIL output [tensor] max abs 0.5 - 2 of 20 values outside atol 0.0001 + rtol 0.001" in report
+    assert report.rstrip().endswith("result: FAIL (0/1 targets pass)")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("examples/models.py:convnet", "--targets", "no_such_target"), "unknown target(s) ['no_such_target']"),
+        (("examples/models.py:nope", "--targets", "onnxruntime"), "has no factory named 'nope'"),
+    ],
+)
+def test_usage_errors_exit_2(args: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_targets_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "examples/models.py:convnet"])
+    assert exit_info.value.code == 2 and "--targets" in capsys.readouterr().err

@@ -1,0 +1,84 @@
+"""host_postprocess_split: NMS and what depends on it go to the host; the rest stays on the engine."""
+
+from __future__ import annotations
+
+import copy
+import operator
+
+import torch
+
+import fxdeploy.ops  # noqa: F401  (defines torch.ops.fxdeploy.*)
+from fxdeploy.passes import op_histogram
+from fxdeploy.passes.host_postprocess_split import host_postprocess_split, split_parts
+from fxdeploy.settings import Settings
+from tests.passes.graphs import aten, build
+
+NMS = "fxdeploy.multiclass_nms.default"
+
+
+def detector_graph() -> torch.fx.GraphModule:
+    """boxes/scores → NMS → rescale; a feature output that does not depend on NMS; a size both use."""
+
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node, ...]:
+        boxes = g.call_function(aten.mul.Tensor, (xs[0], 2.0))
+        scores = g.call_function(aten.sigmoid.default, (xs[1],))
+        feature = g.call_function(aten.mean.dim, (xs[1], [1]))
+        nms = g.call_function(torch.ops.fxdeploy.multiclass_nms.default,
+                              (boxes, scores, 0.5, 0.05, 200, -1, 10, -1, False))
+        det_boxes, det_scores, num = (g.call_function(operator.getitem, (nms, i)) for i in (0, 1, 3))
+        scaled = g.call_function(aten.div.Tensor, (det_boxes, 2.0))
+        size = g.call_function(aten.sym_size.int, (xs[0], 0))
+        flat_head = g.call_function(aten.reshape.default, (boxes, [size, -1]))
+        flat_tail = g.call_function(aten.reshape.default, (det_scores, [size, -1]))
+        return scaled, flat_tail, num, feature, flat_head
+
+    return build(body, 2, list(_inputs()))
+
+
+def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    corners = torch.rand(2, 30, 2, generator=generator) * 50
+    boxes = torch.cat([corners, corners + 5 + torch.rand(2, 30, 2, generator=generator) * 20], -1)
+    return boxes, torch.randn(2, 30, 3, generator=generator)
+
+
+def test_nms_and_its_consumers_move_to_the_host_tail() -> None:
+    gm = detector_graph()
+    reference = copy.deepcopy(gm)
+    result = host_postprocess_split(gm, Settings())
+    assert result.modified
+    split = result.graph_module
+    split.graph.lint()
+    split.recompile()
+    parts = split_parts(split)
+    assert parts is not None
+    head, tail = op_histogram(parts.head), op_histogram(parts.tail)
+    assert NMS not in head
+    assert {"aten.mul.Tensor", "aten.sigmoid.default", "aten.mean.dim", "aten.reshape.default"} <= set(head)
+    assert tail[NMS] == 1 and tail["aten.div.Tensor"] == 1 and tail["aten.reshape.default"] == 1
+    inputs = _inputs()
+    for got, want in zip(split(*inputs), reference(*inputs), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_the_engine_gets_and_returns_tensors_only() -> None:
+    parts = split_parts(host_postprocess_split(detector_graph(), Settings()).graph_module)
+    assert parts is not None
+    head_output = next(n for n in parts.head.graph.nodes if n.op == "output")
+    assert all(isinstance(n.meta["val"], torch.Tensor) for n in head_output.args[0])
+    # The batch size both halves need is recomputed on the host, not exported from the engine.
+    assert op_histogram(parts.tail)["aten.sym_size.int"] == 1
+    assert parts.head_inputs == [0, 1]
+    assert parts.tail_inputs == [("head", 0), ("head", 1), ("input", 0)]
+    assert parts.outputs == [("tail", 0), ("tail", 1), ("tail", 2), ("head", 2), ("head", 3)]
+
+
+def test_graph_without_nms_is_not_modified() -> None:
+    gm = build(lambda g, xs: (g.call_function(aten.relu.default, (xs[0],)),), 1, [torch.randn(2, 3)])
+    result = host_postprocess_split(gm, Settings())
+    assert not result.modified and split_parts(result.graph_module) is None
+
+
+def test_splitting_twice_is_a_no_op() -> None:
+    once = host_postprocess_split(detector_graph(), Settings()).graph_module
+    assert not host_postprocess_split(once, Settings()).modified

@@ -1,0 +1,82 @@
+"""substitute_nms: data-dependent NMS + consumers become one static multiclass_nms."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fxdeploy import ops
+from fxdeploy.capture import capture
+from fxdeploy.passes import op_histogram, run_pipeline
+from fxdeploy.passes.pipelines import CLEANUP
+from fxdeploy.passes.substitute_nms import NMSRewriteError, substitute_nms
+from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
+from fxdeploy.settings import Settings
+
+
+class FilterThenNMS(torch.nn.Module):
+    """Score filter with a boolean mask, batched_nms, keep[:k], gathers: the usual postprocess."""
+
+    def forward(self, boxes: torch.Tensor, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        scores, labels = logits.sigmoid().max(-1)
+        mask = scores > 0.3
+        boxes, scores, labels = boxes[mask], scores[mask], labels[mask]
+        keep = ops.batched_nms(boxes, scores, labels, 0.5)[:10]
+        return {"boxes": boxes[keep] * 2, "scores": scores[keep], "labels": labels[keep]}
+
+
+class CountsDetections(torch.nn.Module):
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        keep = ops.nms(boxes, scores, 0.5)
+        return torch.ones(3) * keep.numel()  # uses the data-dependent count itself
+
+
+def _inputs(n: int = 60, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=generator) * 100
+    boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=generator) * 30 + 1], 1)
+    return boxes, torch.randn(n, 3, generator=generator)
+
+
+def _passed(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> torch.fx.GraphModule:
+    captured = capture(model, args)
+    gm = captured.graph_module
+    gm.meta[OUTPUT_NAMES] = captured.output_names
+    gm, _ = run_pipeline(gm, CLEANUP, Settings())
+    return gm
+
+
+def test_rewrite_histogram_numerics_and_trim_records() -> None:
+    boxes, logits = _inputs()
+    gm = _passed(FilterThenNMS(), (boxes, logits))
+    before = op_histogram(gm)
+    result = substitute_nms(gm, Settings())
+    gm = result.graph_module
+    gm.graph.lint()
+    after = op_histogram(gm)
+    assert result.modified
+    assert before["fxdeploy.batched_nms.default"] == 1 and "fxdeploy.multiclass_nms.default" not in before
+    assert after["fxdeploy.multiclass_nms.default"] == 1
+    assert "fxdeploy.batched_nms.default" not in after and "aten.index.Tensor" not in after
+    assert gm.meta[HIDDEN] == ["nms_count_0"]
+    assert gm.meta[TRIM] == {name: {"dim": 0, "count": "nms_count_0"} for name in ("boxes_out", "scores", "labels")}
+    for seed in range(3):  # the graph is static: other data gives other counts, same shapes
+        boxes, logits = _inputs(seed=seed)
+        want = FilterThenNMS()(boxes, logits)
+        out_boxes, out_scores, out_labels, count = gm(boxes, logits)
+        n = int(count[0])
+        assert out_boxes.shape == (10, 4) and n == len(want["scores"])
+        assert torch.equal(out_boxes[:n], want["boxes"]) and torch.equal(out_labels[:n], want["labels"])
+        assert torch.equal(out_scores[:n], want["scores"]) and bool((out_scores[n:] == 0).all())
+
+
+def test_no_nms_means_not_modified() -> None:
+    gm = _passed(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    assert not substitute_nms(gm, Settings()).modified
+
+
+def test_unsupported_consumer_names_the_call_site() -> None:
+    boxes, logits = _inputs()
+    gm = _passed(CountsDetections(), (boxes, logits[:, 0]))
+    with pytest.raises(NMSRewriteError, match=r"test_substitute_nms\.py.*@fxdeploy\.substitute"):
+        substitute_nms(gm, Settings())

@@ -1,0 +1,66 @@
+"""Manifests that pass fxdeploy's checks but break inside a target's loader.
+
+The wanted behaviour is an ArtifactError naming the artifact; today the runtime's or loader's
+own exception escapes. Each test says which function to change and is a strict xfail, so it
+fails (XPASS) as soon as that is fixed and the marker must go.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import fxdeploy
+from tests.reliability.artifact_edits import copy_artifact, edit_manifest, read_manifest
+from tests.reliability.conftest import TARGETS, require, tolerance
+
+NEEDS = {
+    "onnxruntime": {"model.onnx"}, "openvino": {"model.onnx"}, "ncnn": {"model.ncnn.param", "model.ncnn.bin"},
+    "torchscript": {"model.pt"}, "tensorrt": {"model.plan"},
+}
+"""The files each built-in target's loader opens by name."""
+UNWRAPPED = (
+    "fxdeploy/api.py load(): chosen.load() opens files by fixed name and reads target-specific "
+    "info (e.g. info['ncnn']) without checking them, and its KeyError/ValueError/runtime errors "
+    "are not wrapped in ArtifactError"
+)
+
+
+@pytest.mark.parametrize("relabel", TARGETS)
+@pytest.mark.parametrize("target", TARGETS)
+def test_artifact_relabelled_as_another_target(convnet, tmp_path: Path, target: str, relabel: str, request) -> None:
+    """Relabelled, an artifact either runs correctly (same files) or is refused by name."""
+    if target == relabel:
+        pytest.skip("not a relabelling")
+    require(relabel)
+    lowered = convnet(target)
+    root = copy_artifact(lowered.saved, tmp_path / "art")
+    edit_manifest(root, lambda m: m.update(target=relabel))
+    readable = NEEDS.get(relabel, {"?"}) <= set(read_manifest(root)["files"])
+    if not readable:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=UNWRAPPED))
+    try:
+        deployed = fxdeploy.load(root)
+    except fxdeploy.ArtifactError as exc:
+        assert str(root) in str(exc)
+        assert not readable, f"{relabel} can read a {target} artifact's files but refused it: {exc}"
+    else:
+        assert readable, f"{relabel} loaded a {target} artifact it cannot read"
+        x = torch.randn(2, 3, 64, 64)
+        with torch.no_grad():
+            want = lowered.model(x)
+        assert (deployed(x) - want).abs().max().item() <= tolerance(relabel)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fxdeploy/settings.py Settings.__post_init__ bounds threads only below (>= 1), and fxdeploy/api.py "
+    "load() does not wrap the TypeError onnxruntime's SessionOptions raises for 10**30",
+)
+def test_absurd_thread_count_in_manifest_is_an_artifact_error(convnet, tmp_path: Path) -> None:
+    root = copy_artifact(convnet("onnxruntime").saved, tmp_path / "art")
+    edit_manifest(root, lambda m: m["settings"].update(threads=10**30))
+    with pytest.raises(fxdeploy.ArtifactError, match="threads"):
+        fxdeploy.load(root)

@@ -1,0 +1,88 @@
+"""Dynamic shapes are verified at min, opt and max after lowering; a mismatch names the shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import fxdeploy
+from fxdeploy.runtime.executor import Executor
+from fxdeploy.targets import _TARGETS, Target, register_target
+from fxdeploy.targets import onnxruntime as ort_target
+
+
+class Resizer(torch.nn.Module):
+    """Dynamic batch and dynamic H/W: a conv net with global pooling and a resize."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        features = torch.relu(self.conv(x))
+        small = torch.nn.functional.interpolate(features, scale_factor=0.5, mode="bilinear")
+        return {"logits": self.head(features.mean((2, 3))), "small": small}
+
+
+def test_dynamic_batch_and_hw_pass_min_opt_max_checks() -> None:
+    model = Resizer().eval()
+    x = torch.randn(2, 3, 32, 48)
+    shapes = {"x": {0: ("batch", 1, 2, 4), 2: ("height", 16, 32, 64), 3: ("width", 16, 48, 96)}}
+    deployed = fxdeploy.lower(model, (x,), dynamic_shapes=shapes)
+    checks = deployed.manifest["info"]["shape_checks"]
+    assert [c["label"] for c in checks] == ["example", "min", "opt", "max"]
+    assert checks[1]["shapes"] == [[1, 3, 16, 16]] and checks[3]["shapes"] == [[4, 3, 64, 96]]
+    assert all(c["max_abs_error"] <= 1e-4 for c in checks)
+    assert deployed.manifest["dims"] == {
+        "batch": {"min": 1, "opt": 2, "max": 4},
+        "height": {"min": 16, "opt": 32, "max": 64},
+        "width": {"min": 16, "opt": 48, "max": 96},
+    }
+    out = deployed(torch.randn(3, 3, 40, 20))
+    assert out["small"].shape == (3, 8, 20, 10)
+
+
+class BakedBatch(torch.nn.Module):
+    """Shape-specialized: reshapes with the example's batch size baked in."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(2, -1).sum(-1)
+
+
+def test_shape_specialized_model_fails_naming_the_dim() -> None:
+    with pytest.raises(fxdeploy.CaptureError, match=r"batch.*specialized|specialized.*batch"):
+        fxdeploy.lower(BakedBatch(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: ("batch", 1, 8)}})
+
+
+class _WrongAtOtherSizes(Executor):
+    """An engine that is right only at the example batch size, as a broken lowering would be."""
+
+    def __init__(self, inner: Executor, good_batch: int) -> None:
+        super().__init__()
+        self.inner, self.good_batch = inner, good_batch
+
+    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = self.inner.execute(feeds)
+        batch = next(iter(feeds.values())).shape[0]
+        return out if batch == self.good_batch else {k: v + 1 for k, v in out.items()}
+
+
+def test_a_wrong_engine_at_max_batch_is_an_error_naming_the_shape() -> None:
+    def load(directory: Path, manifest: dict[str, Any], settings: fxdeploy.Settings) -> Executor:
+        return _WrongAtOtherSizes(ort_target.load(directory, manifest, settings), good_batch=2)
+
+    broken = Target(
+        name="test-broken", pipeline=ort_target.TARGET.pipeline, lower=ort_target.lower_onnx, load=load,
+        version=ort_target.version, install_hint="(test only)",
+    )
+    register_target(broken)
+    try:
+        with pytest.raises(fxdeploy.LoweringError, match=r"at the min input shapes \[\(1, 4\)\].*differs from eager"):
+            fxdeploy.lower(torch.nn.Linear(4, 3), (torch.randn(2, 4),), target="test-broken",
+                           dynamic_shapes={"input": {0: ("batch", 1, 8)}})
+    finally:
+        _TARGETS.pop("test-broken")
