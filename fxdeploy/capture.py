@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +70,9 @@ def capture(
                 "tensors (bake constants into the model, e.g. with functools.partial)"
             )
     export_shapes, opts = dims_mod.to_export_dynamic_shapes(dynamic_shapes, model.forward, args, kwargs)
-    with eval_mode(model), torch.no_grad():
+    with eval_mode(model), torch.no_grad(), warnings.catch_warnings():
+        # torch 2.13's own pytree deprecation, raised inside torch.export; nothing a user can act on
+        warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*", category=FutureWarning)
         with substitution.on_instances(model, subs) as applied:
             try:
                 eager_outputs = model(*args, **kwargs)
@@ -82,8 +85,8 @@ def capture(
         template = eager_outputs if structure.has_unregistered_dataclass(eager_outputs) else None
         target = _plain_outputs(model) if template is not None else model
         ep, mode, applied = _export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
-    unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
-    return _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
+        unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
+        return _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
 
 
 def _export(

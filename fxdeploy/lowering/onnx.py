@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,10 @@ from fxdeploy.settings import Settings
 logger = logging.getLogger(__name__)
 
 _QUIET = ("torchvision is not installed", "isinstance(treespec, LeafSpec)")
+_QUIET_LOGGERS = (
+    "torch.onnx._internal.exporter._registration",  # "torchvision is not installed. Skipping ..."
+    "onnxscript.optimizer._constant_folding",  # "Skipping constant folding for op Split ..."
+)
 
 
 def export_onnx(
@@ -92,13 +97,15 @@ def _explain(exc: Exception) -> str:
 @contextlib.contextmanager
 def _quiet_exporter() -> Any:
     """The exporter prints progress and warns about torchvision; neither is news to a deployer."""
-    torch_logger = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = torch_logger.level
-    torch_logger.setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             for message in _QUIET:
-                warnings.filterwarnings("ignore", message=f".*{message}.*")
+                warnings.filterwarnings("ignore", message=f".*{re.escape(message)}.*")
             yield
     finally:
-        torch_logger.setLevel(level)
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)

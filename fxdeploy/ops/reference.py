@@ -19,6 +19,16 @@ def _compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float32
 
 
+def effective_cap(max_output_boxes_per_class: int, keep_top_k: int, class_agnostic: bool) -> int:
+    """Boxes a class may keep without changing the output: at most keep_top_k of them can reach
+    the K rows, and those are its first keep_top_k in visiting order, which the merge also
+    ranks first. Not so for class-agnostic groups: their visiting order breaks score ties by box
+    and the merge by class, so a later box can outrank an earlier one there."""
+    if class_agnostic:
+        return max_output_boxes_per_class
+    return min(max_output_boxes_per_class, keep_top_k)
+
+
 def _candidate_scores(scores: Tensor, score_threshold: float, pre_top_k: int, background_label_id: int) -> Tensor:
     """Scores with every pair that is not a candidate (spec steps 1 and 2) set to -inf."""
     neg_inf = float("-inf")
@@ -75,7 +85,8 @@ def multiclass_nms_reference(
         box_index = order
     flat_index = box_index * stride + label if stride > 1 else box_index
     candidates = flat_boxes[image, flat_index].to(_compute_dtype(boxes))
-    keep = greedy_keep(normalize_corners(candidates), valid, iou_threshold, max_output_boxes_per_class)
+    cap = effective_cap(max_output_boxes_per_class, keep_top_k, class_agnostic)
+    keep = greedy_keep(normalize_corners(candidates), valid, iou_threshold, cap)
     return _merge_top_k(
         flat_boxes,
         sorted_scores.masked_fill(~keep, float("-inf")).reshape(batch, -1),

@@ -1,7 +1,8 @@
-"""OpenVINO: the same ONNX as the onnxruntime target, compiled by OpenVINO for the CPU.
+"""OpenVINO: the onnxruntime target's ONNX, compiled by OpenVINO for the CPU.
 
 Sharing the ONNX step means both targets see one graph, so a difference between them is a
-runtime difference, not a lowering one.
+runtime difference, not a lowering one. The single exception is the NMS translation's IoU
+threshold, one float32 step higher for OpenVINO, whose NMS suppresses at IoU == threshold.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ from typing import Any
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
-from fxdeploy.targets import Target
+from fxdeploy.targets import Lowered, LoweringJob, Target
 from fxdeploy.targets.onnxruntime import lower_onnx
+
+
+def lower(job: LoweringJob) -> Lowered:
+    return lower_onnx(job, flavour="openvino")
 
 
 def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
@@ -32,7 +37,7 @@ def version() -> str | None:
 TARGET = Target(
     name="openvino",
     pipeline=pipeline_for("openvino"),
-    lower=lower_onnx,
+    lower=lower,
     load=load,
     version=version,
     install_hint="pip install fxdeploy[openvino]",

@@ -95,11 +95,14 @@ def op_histogram(model: onnx.ModelProto) -> collections.Counter[str]:
 
 
 def ort_session(model: onnx.ModelProto) -> Any:
+    """A 2-thread CPU session without spin-waiting: on a shared 2-core machine a spinning idle
+    worker takes the core that a single-threaded kernel such as NonMaxSuppression runs on."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

@@ -109,14 +109,19 @@ def test_openvino_matches_reference_on_detector_like_inputs() -> None:
     assert_detections_match(reference(boxes, scores, **kwargs), got)
 
 
-@pytest.mark.xfail(strict=True, reason="OpenVINO's NMS suppresses at IoU == iou_threshold (ONNX: only above)")
-def test_openvino_keeps_a_box_whose_iou_equals_the_threshold() -> None:
-    # Same arguments as several ONNX conformance cases, so the export is shared when run together.
-    model = cached_model(1, iou_threshold=0.5, score_threshold=0.0, max_output_boxes_per_class=3, keep_top_k=64)
-    boxes = torch.tensor([[[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 2.0]]])  # IoU exactly 0.5
+@pytest.mark.parametrize("iou_threshold", [0.5, 0.25])
+def test_openvino_flavour_keeps_a_box_whose_iou_equals_the_threshold(iou_threshold: float) -> None:
+    """OpenVINO suppresses at IoU == t; the openvino flavour's one-ulp nudge restores the contract."""
+    kwargs = dict(iou_threshold=iou_threshold, score_threshold=0.0, max_output_boxes_per_class=3, keep_top_k=64)
+    height = 1.0 / iou_threshold  # box 2 contains box 1: IoU = 1 / height, exactly t in float32
+    boxes = torch.tensor([[[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, height]]])
     scores = torch.tensor([[[0.9], [0.8]]])
-    assert run_ort(ort_session(model), boxes, scores)[3].tolist() == [2]
-    assert run_openvino(openvino_model(model), boxes, scores)[3].tolist() == [2]
+    assert reference(boxes, scores, **kwargs)[3].tolist() == [2]
+    assert run_ort(ort_session(cached_model(1, **kwargs)), boxes, scores)[3].tolist() == [2]
+    standard = run_openvino(openvino_model(cached_model(1, **kwargs)), boxes, scores)
+    assert standard[3].tolist() == [1]  # the runtime difference this flavour exists for
+    nudged = run_openvino(openvino_model(cached_model(1, flavour="openvino", **kwargs)), boxes, scores)
+    assert all(torch.equal(w, g) for w, g in zip(reference(boxes, scores, **kwargs), nudged, strict=True))
 
 
 def test_iou_threshold_zero_keeps_disjoint_boxes_on_every_runtime() -> None:
@@ -135,9 +140,9 @@ def test_iou_threshold_zero_keeps_disjoint_boxes_on_every_runtime() -> None:
 def test_translation_table() -> None:
     fxdeploy_ops = torch.ops.fxdeploy
     expected = {fxdeploy_ops.multiclass_nms.default, fxdeploy_ops.nms.default, fxdeploy_ops.batched_nms.default}
-    for flavour in ("standard", "efficient_nms_trt"):
+    for flavour in ("standard", "openvino", "efficient_nms_trt"):
         assert set(translation_table(flavour)) == expected
-    with pytest.raises(ValueError, match=r"unknown flavour 'tensorrt'; known: \['standard', 'efficient_nms_trt'\]"):
+    with pytest.raises(ValueError, match=r"unknown flavour 'tensorrt'; known: \['standard', 'openvino', 'efficient_nms_trt'\]"):
         translation_table("tensorrt")
 
 

@@ -83,6 +83,13 @@ def test_max_output_boxes_per_class_caps_each_group() -> None:
     ]
 
 
+def test_keep_top_k_cut_follows_the_merge_order_in_agnostic_groups() -> None:
+    """Agnostic NMS visits score ties by box, the merge ranks them by class: (box 1, class 0) wins
+    the single row although box 0 was visited first."""
+    result = run(FAR[:2], [[0.01, 0.5], [0.5, 0.01]], class_agnostic=True, keep_top_k=1)
+    assert kept(result) == [(0, 1)]
+
+
 def test_keep_top_k_truncates_and_pads() -> None:
     result = run(FAR, [[0.9], [0.8], [0.7], [0.6]], keep_top_k=3)
     assert [tuple(t.shape) for t in result] == [(1, 3, 4), (1, 3), (1, 3), (1,), (1, 3)]

@@ -12,13 +12,15 @@ import torch
 
 import fxdeploy.ops  # noqa: F401  (defines torch.ops.fxdeploy.*)
 
-FLAVOURS = ("standard", "efficient_nms_trt")
+FLAVOURS = ("standard", "openvino", "efficient_nms_trt")
 
 
 def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, Callable]:
     """Map fxdeploy ops to their ONNX translations.
 
-    - ``standard``: ONNX NonMaxSuppression + padding subgraph (ONNX Runtime, OpenVINO, TensorRT).
+    - ``standard``: ONNX NonMaxSuppression + padding subgraph (ONNX Runtime, TensorRT).
+    - ``openvino``: the same graph with the IoU threshold one float32 step up, because OpenVINO
+      suppresses at IoU == threshold where the contract does not.
     - ``efficient_nms_trt``: TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
@@ -29,6 +31,10 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
         from fxdeploy.lowering.onnx_translations.multiclass_nms import multiclass_nms_standard
 
         multiclass = multiclass_nms_standard
+    elif flavour == "openvino":
+        from fxdeploy.lowering.onnx_translations.multiclass_nms import multiclass_nms_openvino
+
+        multiclass = multiclass_nms_openvino
     elif flavour == "efficient_nms_trt":
         from fxdeploy.lowering.onnx_translations.efficient_nms_trt import multiclass_nms_efficient_trt
 

@@ -10,7 +10,8 @@ few percent of the NonMaxSuppression node itself (benchmarks/nms_bench.py).
 Score ties are broken by position in the TopK row, i.e. in NonMaxSuppression's output order.
 Runtimes emit (batch, class, visiting order), which is the spec's (class, then box) tie rule.
 Class-agnostic NMS visits pairs box-major, so there the list is re-sorted to class-major first;
-it holds at most B * max_output_boxes_per_class triples.
+it holds at most B * max_output_boxes_per_class triples. Otherwise NonMaxSuppression keeps at
+most keep_top_k boxes per class (``effective_cap``), which cannot change the K output rows.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from fxdeploy.lowering.onnx_translations._common import (
     static_dim,
     without_background,
 )
+from fxdeploy.ops.reference import effective_cap
 
 TFloat = TypeVar("TFloat", FLOAT16, FLOAT, DOUBLE, BFLOAT16)
 
@@ -117,27 +119,27 @@ def _candidates(scores: Any, boxes: Any, pre_top_k: int, background_label_id: in
 
 
 def _decode(
-    selected: Any, nms_boxes: Any, nms_scores: Any, num_classes: Any, *, agnostic: bool, per_class: bool
-) -> tuple[Any, Any, Any, Any, Any]:
-    """(image, label, local box index, score, box) of each selected [row, class, element]."""
+    selected: Any, nms_scores: Any, num_classes: Any, *, agnostic: bool, per_class: bool
+) -> tuple[Any, Any, Any, Any]:
+    """(image, label, local box index, score) of each selected [row, class, element]."""
     row, cls, element = (op.Squeeze(c, const([1])) for c in op.Split(selected, axis=1, num_outputs=3))
     nms_classes, nms_n = op.Split(op.Shape(nms_scores, start=1, end=3), num_outputs=2)
     flat = op.Add(op.Mul(op.Add(op.Mul(row, nms_classes), cls), nms_n), element)
     score = op.Gather(op.Reshape(nms_scores, const([-1])), flat)
-    box = op.Gather(op.Reshape(nms_boxes, const([-1, 4])), op.Add(op.Mul(row, nms_n), element), axis=0)
     classes = op.Squeeze(num_classes, const([0]))
     if agnostic:
-        return row, op.Mod(element, classes), op.Div(element, classes), score, box
+        return row, op.Mod(element, classes), op.Div(element, classes), score
     if per_class:
-        return op.Div(row, classes), op.Mod(row, classes), element, score, box
-    return row, cls, element, score, box
+        return op.Div(row, classes), op.Mod(row, classes), element, score
+    return row, cls, element, score
 
 
 def _top_k_per_image(
-    image: Any, score: Any, box: Any, table: Any, batch: Any, keep_top_k: int
+    image: Any, score: Any, table: Any, boxes: Any, batch: Any, keep_top_k: int
 ) -> tuple[Any, Any, Any, Any, Any]:
     """Spec steps 4-5: a [B, M + K] score matrix (-inf outside the row's image), TopK K per row,
-    then padding. ``table`` [M, 2] holds (label, box index)."""
+    then padding. ``table`` [M, 3] holds (label, box index, row in ``boxes`` [R, 4]); boxes are
+    only gathered for the B x K winners, from ``boxes`` plus one zero row (row -1)."""
     owner = op.Unsqueeze(op.Concat(image, const(np.full(keep_top_k, -1)), axis=0), const([0]))
     images = op.Unsqueeze(op.Range(const(0), op.Squeeze(batch, const([0])), const(1)), const([1]))
     neg_inf = const(NEG_INF, np.float32)
@@ -145,12 +147,13 @@ def _top_k_per_image(
     matrix = op.Where(op.Equal(owner, images), padded, neg_inf)
     top_scores, position = op.TopK(matrix, const([keep_top_k]), axis=1, largest=1, sorted=1)
     filled = op.Greater(top_scores, neg_inf)
-    winners = op.Gather(op.Concat(table, const(np.full((keep_top_k, 2), -1)), axis=0), position, axis=0)
-    label, index = (op.Squeeze(c, const([2])) for c in op.Split(winners, axis=2, num_outputs=2))
-    det_boxes = op.Gather(op.Concat(box, const(np.zeros((keep_top_k, 4)), np.float32), axis=0), position, axis=0)
+    winners = op.Gather(op.Concat(table, const(np.full((keep_top_k, 3), -1)), axis=0), position, axis=0)
+    label, index, box_row = (op.Squeeze(c, const([2])) for c in op.Split(winners, axis=2, num_outputs=3))
+    source = op.Concat(boxes, const(np.zeros((1, 4)), np.float32), axis=0)
+    det_boxes = op.Gather(source, op.Where(filled, box_row, const(-1)), axis=0)
     minus_one = const(-1)
     return (
-        op.Where(op.Unsqueeze(filled, const([2])), det_boxes, const(0.0, np.float32)),
+        det_boxes,
         op.Where(filled, top_scores, const(0.0, np.float32)),
         op.Where(filled, label, minus_one),
         op.ReduceSum(op.Cast(filled, to=TensorProto.INT64), const([1]), keepdims=0),
@@ -178,20 +181,50 @@ def multiclass_nms_standard(
     selected = op.NonMaxSuppression(
         nms_boxes,
         nms_scores,
-        const([max_output_boxes_per_class]),
+        const([effective_cap(max_output_boxes_per_class, keep_top_k, class_agnostic)]),
         const([_node_iou_threshold(iou_threshold)], np.float32),
         const([score_threshold], np.float32),
         center_point_box=0,
     )
-    image, label, local, score, box = _decode(
-        selected, nms_boxes, nms_scores, num_classes, agnostic=class_agnostic, per_class=per_class
+    image, label, local, score = _decode(
+        selected, nms_scores, num_classes, agnostic=class_agnostic, per_class=per_class
     )
     index = local if chosen is None else op.GatherND(chosen, _unsqueezed(image, local))
-    table = _unsqueezed(label, index)  # [M, 2] int64: one gather serves both
+    box_row = op.Add(op.Mul(image, num_boxes), local)  # row of b [B, N, 4] or [B, N, C, 4] flattened
+    if per_class:
+        box_row = op.Add(op.Mul(box_row, num_classes), label)
+    table = _unsqueezed(label, index, box_row)  # [M, 3] int64: one gather serves all three
     if class_agnostic:
         key = op.Add(op.Mul(op.Add(op.Mul(image, num_classes), label), num_boxes), local)
-        image, score, box, table = _class_major(key, image, score, box, table)
+        image, score, table = _class_major(key, image, score, table)
     det_boxes, det_scores, det_labels, num_dets, det_index = _top_k_per_image(
-        image, score, box, table, batch, keep_top_k
+        image, score, table, op.Reshape(b, const([-1, 4])), batch, keep_top_k
     )
     return op.CastLike(det_boxes, boxes), op.CastLike(det_scores, scores), det_labels, num_dets, det_index
+
+
+def multiclass_nms_openvino(
+    boxes: TFloat,
+    scores: TFloat,
+    iou_threshold: float,
+    score_threshold: float,
+    max_output_boxes_per_class: int,
+    pre_top_k: int,
+    keep_top_k: int,
+    background_label_id: int,
+    class_agnostic: bool,
+) -> tuple[TFloat, TFloat, INT64, INT64, INT64]:
+    """The standard graph with the IoU threshold one float32 step higher.
+
+    OpenVINO's NonMaxSuppression suppresses at IoU >= t where the contract (and ONNX) suppress
+    only at IoU > t. Below 1, no float32 IoU lies strictly between t and the next float32 up, so
+    OpenVINO then makes exactly the contract's decisions. At t = 1 nothing can be done (ONNX
+    forbids thresholds above 1); only identical boxes are affected.
+    """
+    threshold = float(iou_threshold)
+    if 0.0 < threshold < 1.0:
+        threshold = float(np.nextafter(np.float32(threshold), np.float32(2.0)))
+    return multiclass_nms_standard(
+        boxes, scores, threshold, score_threshold, max_output_boxes_per_class, pre_top_k, keep_top_k,
+        background_label_id, class_agnostic,
+    )

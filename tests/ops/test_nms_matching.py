@@ -1,0 +1,50 @@
+"""The detection-aware matcher must tolerate tie reordering and catch every real difference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.ops.nms_matching import assert_detections_match, match_detections, padding_problems
+
+
+def _result() -> tuple[torch.Tensor, ...]:
+    boxes = torch.tensor([[[0.0, 0.0, 1.0, 1.0], [5.0, 5.0, 6.0, 6.0], [0.0, 0.0, 0.0, 0.0]]])
+    return boxes, torch.tensor([[0.9, 0.9, 0.0]]), torch.tensor([[0, 1, -1]]), torch.tensor([2])
+
+
+def _edit(**changes: tuple[tuple[int, ...], object]) -> tuple[torch.Tensor, ...]:
+    fields = dict(zip(("boxes", "scores", "labels", "num_dets"), (t.clone() for t in _result()), strict=True))
+    for name, (where, value) in changes.items():
+        fields[name][where] = value
+    return tuple(fields.values())
+
+
+def test_reordered_ties_match() -> None:
+    boxes, scores, labels, num_dets = _result()
+    swapped = (boxes[:, [1, 0, 2]], scores[:, [1, 0, 2]], labels[:, [1, 0, 2]], num_dets)
+    report = assert_detections_match(_result(), swapped)
+    assert (report.matched, report.worst_iou, report.max_score_diff) == (2, 1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"labels": ((0, 1), 2)},
+        {"boxes": ((0, 1, 2), 6.5)},
+        {"scores": ((0, 0), 0.8)},
+        {"num_dets": ((0,), 1)},
+    ],
+    ids=["label", "box", "score", "count"],
+)
+def test_real_differences_are_reported(changes: dict[str, tuple[tuple[int, ...], object]]) -> None:
+    report = match_detections(_result(), _edit(**changes))
+    assert not report.ok
+    with pytest.raises(AssertionError, match="detections differ"):
+        assert_detections_match(_result(), _edit(**changes))
+
+
+def test_padding_problems_flags_non_padding_rows() -> None:
+    assert padding_problems(_result()) == []
+    assert padding_problems(_edit(labels=((0, 2), 0))) == ["padding rows hold labels other than -1"]
+    assert padding_problems(_edit(scores=((0, 2), 0.1))) == ["padding rows hold non-zero boxes or scores"]
