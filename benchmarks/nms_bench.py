@@ -2,7 +2,9 @@
 
 (a) ``multiclass_nms`` lowered to ONNX and run on ONNX Runtime, over a bare ONNX graph holding
     only one NonMaxSuppression node, on the same input (B=1, N=5000, C=80) with the same
-    max_output_boxes_per_class and thresholds. Bar: <= 1.3x.
+    max_output_boxes_per_class and thresholds. Bar: <= 1.3x. Both sessions: 2 intra-op threads,
+    spin-waiting off (see tests/lowering/onnx_helpers.ort_session: on a loaded 2-core machine a
+    spinning worker slows the single-threaded NMS kernel of any graph with a parallel op in it).
 (b) the eager reference kernel (``multiclass_nms`` with one class), over a plain Python-loop
     greedy NMS on the same 5000 boxes, every box a candidate, no cap. Bar: >= 20x faster.
     Both run on one thread: the loop cannot use more, and on a shared 2-core machine torch's
@@ -15,6 +17,7 @@ windows (for a smoke run only; reported numbers use the defaults).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -109,36 +112,41 @@ def bare_nms_model(num_boxes: int, num_classes: int) -> onnx.ModelProto:
 
 
 def bench_ort(warmup_s: float, measure_s: float) -> dict:
+    """Two lowered graphs against the bare node: keep_top_k=100 (default; NonMaxSuppression then
+    keeps at most 100 per class, which cannot change the output) and keep_top_k=200 (= the
+    per-class cap, so both sides run the same NMS and the ratio is the subgraph's overhead)."""
     boxes, scores = realistic_inputs(5000, 80)
-    kwargs = dict(iou_threshold=IOU, score_threshold=SCORE, max_output_boxes_per_class=PER_CLASS, keep_top_k=KEEP)
-    lowered = ort_session(export_multiclass_nms(80, **kwargs))
+    lowered = {
+        keep: ort_session(
+            export_multiclass_nms(
+                80, iou_threshold=IOU, score_threshold=SCORE, max_output_boxes_per_class=PER_CLASS, keep_top_k=keep
+            )
+        )
+        for keep in (KEEP, PER_CLASS)
+    }
     bare = ort_session(bare_nms_model(5000, 80))
     feeds = {"boxes": boxes.numpy(), "scores": scores.numpy()}
     bare_feeds = {"boxes": boxes.numpy(), "scores": np.ascontiguousarray(scores.numpy().transpose(0, 2, 1))}
     selected = bare.run(None, bare_feeds)[0]
-    results = timed(
-        {
-            "multiclass_nms_ort": lambda: lowered.run(None, feeds),
-            "bare_nonmaxsuppression_ort": lambda: bare.run(None, bare_feeds),
-        },
-        warmup_s,
-        measure_s,
-        50,
-    )
-    ratio = results["multiclass_nms_ort"]["median_ms"] / results["bare_nonmaxsuppression_ort"]["median_ms"]
-    pairs = int((scores > SCORE).sum())
+    contenders = {f"multiclass_nms_ort_k{keep}": functools.partial(s.run, None, feeds) for keep, s in lowered.items()}
+    contenders["bare_nonmaxsuppression_ort"] = functools.partial(bare.run, None, bare_feeds)
+    results = timed(contenders, warmup_s, measure_s, 50)
+    bare_ms = results["bare_nonmaxsuppression_ort"]["median_ms"]
+    ratios = {f"k{keep}": results[f"multiclass_nms_ort_k{keep}"]["median_ms"] / bare_ms for keep in lowered}
     return {
         "name": "a_ort_multiclass_nms_over_bare_nms",
         "threads": THREADS,
+        "ort_allow_spinning": False,
         "B": 1,
         "N": 5000,
         "C": 80,
-        "candidate_pairs": pairs,
-        "selected": int(selected.shape[0]),
+        "max_output_boxes_per_class": PER_CLASS,
+        "candidate_pairs": int((scores > SCORE).sum()),
+        "bare_selected": int(selected.shape[0]),
         "results": results,
-        "ratio": ratio,
+        "ratio": ratios,
         "bar": "<= 1.3",
-        "ok": ratio <= 1.3,
+        "ok": max(ratios.values()) <= 1.3,
     }
 
 
@@ -220,19 +228,12 @@ def main() -> None:
     print(json.dumps(report, indent=2))
     a, b = report["benchmarks"]
     rows = [
-        (
-            "multiclass_nms on ORT / bare NonMaxSuppression (B=1, N=5000, C=80)",
-            f"{a['ratio']:.2f}x",
-            "<= 1.3x",
-        ),
-        (
-            "reference kernel vs Python-loop greedy (N=5000, 1 thread)",
-            f"{b['speedup']:.0f}x faster",
-            ">= 20x",
-        ),
+        (f"multiclass_nms on ORT / bare NonMaxSuppression (B=1, N=5000, C=80, cap 200, K={key[1:]})", f"{r:.2f}x")
+        for key, r in a["ratio"].items()
     ]
-    for what, value, bar in rows:
-        print(f"| {what} | {value} | {bar} |")
+    rows.append(("reference kernel vs Python-loop greedy NMS (N=5000, 1 thread)", f"{b['speedup']:.0f}x faster"))
+    for what, value in rows:
+        print(f"| {what} | {value} |")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 For each runtime, fxdeploy's ``Deployed.execute`` and the same artifact files driven directly
 through the runtime's own API (same threads, same precision) are timed side by side, one call
-each in turn, so that drift in machine load hits both rows alike. "overhead" is fxdeploy's
-median over the direct median, minus one; "paired" is the median of the per-round ratios, which
-is steadier on a busy machine.
+each in turn, so that drift in machine load hits every row alike. "overhead" is fxdeploy's
+median (and min) over the direct one, minus one. A second by-hand copy of each runtime is timed
+with them as an A/A control: its "overhead" is the noise floor of the run.
 
     .venv/bin/python benchmarks/runtimes_bench.py [--seconds 3] [--warmup 1] [--threads 2]
 """
@@ -93,9 +93,9 @@ DIRECT = {
 def side_by_side(
     rows: dict[str, Run], warmup: float, seconds: float, min_runs: int = 50
 ) -> dict[str, list[float]]:
-    """Warm each row up, then call the rows in turn, one call each per round, flipping the order
-    every round, until every row has run ``seconds`` and ``min_runs`` times. Round i of every
-    row ran at nearly the same moment, so per-round ratios cancel most drift in machine load."""
+    """Warm each row up, then call the rows in turn, one call each per round, rotating the order
+    every round, until every row has run ``seconds`` and ``min_runs`` times. Call i of every row
+    ran at nearly the same moment, so drift in machine load hits every row alike."""
     for run in rows.values():
         end = time.perf_counter() + warmup
         while time.perf_counter() < end:
@@ -107,20 +107,20 @@ def side_by_side(
             start = time.perf_counter_ns()
             rows[name]()
             samples[name].append((time.perf_counter_ns() - start) / 1e6)
-        order.reverse()
+        order = order[1:] + order[:1]
     return samples
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="measured time per row, at least")
+    parser.add_argument("--min-runs", type=int, default=50, help="measured calls per row, at least")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--targets", nargs="*", default=None, help="default: every available target")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    settings = fxdeploy.Settings(threads=args.threads)
     model, (x,) = resnet50()
     statuses = fxdeploy.targets()
     names = args.targets or [n for n, s in statuses.items() if s.available]
@@ -128,47 +128,60 @@ def main() -> None:
         if name not in names or not status.available:
             print(f"# {name}: skipped ({status.reason or 'not requested'})")
     with torch.inference_mode():
-        eager = side_by_side({"eager": lambda: model(x)}, args.warmup, args.seconds)["eager"]
-    results: list[dict[str, Any]] = [_row("eager", "eager PyTorch", eager)]
+        eager = side_by_side({"eager": lambda: model(x)}, args.warmup, args.seconds, args.min_runs)
+    results: list[dict[str, Any]] = [_row("eager", "eager PyTorch", eager["eager"])]
     work = Path(tempfile.mkdtemp(prefix="fxdeploy-bench-"))
     for name in names:
-        start = time.perf_counter()
-        deployed = fxdeploy.lower(model, (x,), target=name, settings=settings)
-        lowering_s = time.perf_counter() - start
-        art = deployed.save(work / name)
-        feeds = {deployed.input_names[0]: x}
-        rows = {"fxdeploy": lambda d=deployed, f=feeds: d.execute(f)}
-        if name in DIRECT:
-            rows["direct"] = DIRECT[name](art, x.numpy(), settings)
-        samples = side_by_side(rows, args.warmup, args.seconds)
-        fx = _row(name, f"fxdeploy {name}", samples["fxdeploy"], lowering_s=lowering_s)
-        fx["engine_median_ms"] = deployed.stats.median
-        results.append(fx)
-        if "direct" in samples:
-            direct = _row(name, f"{name} by hand", samples["direct"])
-            fx["overhead_pct"] = 100 * (fx["median_ms"] / direct["median_ms"] - 1)
-            ratios = np.array(samples["fxdeploy"]) / np.array(samples["direct"])
-            fx["paired_overhead_pct"] = 100 * (float(np.median(ratios)) - 1)
-            results.append(direct)
+        results.extend(_bench_target(name, model, x, work, args))
     _print(results, args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
 
+def _bench_target(
+    name: str, model: torch.nn.Module, x: torch.Tensor, work: Path, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """fxdeploy, the runtime by hand, and a second by-hand copy: the A/A control shows the noise."""
+    settings = fxdeploy.Settings(threads=args.threads)
+    start = time.perf_counter()
+    deployed = fxdeploy.lower(model, (x,), target=name, settings=settings)
+    lowering_s = time.perf_counter() - start
+    art = deployed.save(work / name)
+    feeds = {deployed.input_names[0]: x}
+    rows = {"fxdeploy": lambda: deployed.execute(feeds)}
+    if name in DIRECT:
+        rows["direct"] = DIRECT[name](art, x.numpy(), settings)
+        rows["control"] = DIRECT[name](art, x.numpy(), settings)
+    samples = side_by_side(rows, args.warmup, args.seconds, args.min_runs)
+    fx = _row(name, f"fxdeploy {name}", samples["fxdeploy"], lowering_s=lowering_s)
+    fx["engine_median_ms"] = deployed.stats.median
+    if name not in DIRECT:
+        return [fx]
+    direct = _row(name, f"{name} by hand", samples["direct"])
+    control = _row(name, f"{name} by hand, 2nd copy", samples["control"])
+    for row in (fx, control):
+        row["overhead_pct"] = 100 * (row["median_ms"] / direct["median_ms"] - 1)
+        row["overhead_min_pct"] = 100 * (row["min_ms"] / direct["min_ms"] - 1)
+    return [fx, direct, control]
+
+
 def _row(target: str, label: str, samples: list[float], **extra: Any) -> dict[str, Any]:
     return {"target": target, "row": label, "runs": len(samples), "median_ms": float(np.median(samples)),
-            "p90_ms": float(np.percentile(samples, 90)), **extra}
+            "p90_ms": float(np.percentile(samples, 90)), "min_ms": float(np.min(samples)), **extra}
 
 
 def _print(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print(f"ResNet-50 (random weights), batch 1, 224x224, {args.threads} threads; torch {torch.__version__}")
-    print(f"{'row':<26}{'runs':>6}{'median ms':>11}{'p90 ms':>9}{'vs eager':>10}{'overhead':>10}{'paired':>9}")
+    print(f"ResNet-50 (random weights), batch 1, 224x224, {args.threads} threads; torch {torch.__version__}; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end (1.0 = one busy CPU)")
+    print("overhead: vs the same runtime by hand, by median and by min; the '2nd copy' row is an A/A")
+    print("control (the runtime by hand against itself), i.e. the noise floor of this run")
+    header = ("row", "runs", "median ms", "p90 ms", "min ms", "vs eager", "ovh median", "ovh min")
+    print(f"{header[0]:<30}{header[1]:>5}" + "".join(f"{h:>11}" for h in header[2:]))
     eager = results[0]["median_ms"]
     for r in results:
-        overhead = f"{r['overhead_pct']:+.1f}%" if "overhead_pct" in r else ""
-        paired = f"{r['paired_overhead_pct']:+.1f}%" if "paired_overhead_pct" in r else ""
-        print(f"{r['row']:<26}{r['runs']:>6}{r['median_ms']:>11.2f}{r['p90_ms']:>9.2f}"
-              f"{eager / r['median_ms']:>9.2f}x{overhead:>10}{paired:>9}")
+        over = [f"{r[k]:+.1f}%" if k in r else "" for k in ("overhead_pct", "overhead_min_pct")]
+        print(f"{r['row']:<30}{r['runs']:>5}{r['median_ms']:>11.2f}{r['p90_ms']:>11.2f}{r['min_ms']:>11.2f}"
+              f"{eager / r['median_ms']:>10.2f}x{over[0]:>11}{over[1]:>11}")
 
 
 if __name__ == "__main__":

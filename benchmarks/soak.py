@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ class Soak:
     rss_end: int
     rss_peak: int
     median_ms: float
+    p99_ms: float
     seconds: float
 
     @property
@@ -76,7 +76,7 @@ def soak(target: str, calls: int, warmup: int, bad_every: int) -> Soak:
             peak = max(peak, rss())
     seconds = time.perf_counter() - start
     stats = deployed.stats
-    return Soak(target, calls, rejected, stats.count, warm, rss(), peak, stats.median, seconds)
+    return Soak(target, calls, rejected, stats.count, warm, rss(), peak, stats.median, stats.p99, seconds)
 
 
 def main() -> int:
@@ -91,13 +91,13 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     targets = args.target or [name for name, status in fxdeploy.targets().items() if status.available]
     print(f"{'target':<12} {'calls':>6} {'rejected':>8} {'counted':>7} {'RSS warm':>9} {'RSS end':>9} "
-          f"{'RSS peak':>9} {'growth':>7} {'median':>8} {'wall':>6}")
+          f"{'RSS peak':>9} {'growth':>7} {'median':>8} {'p99':>8} {'wall':>6}")
     failed = []
     for target in targets:
         r = soak(target, args.calls, args.warmup, args.bad_every)
         print(f"{r.target:<12} {r.calls:>6} {r.rejected:>8} {r.counted:>7} {r.rss_warm / MIB:>7.1f}Mi "
               f"{r.rss_end / MIB:>7.1f}Mi {r.rss_peak / MIB:>7.1f}Mi {r.growth:>+7.2%} {r.median_ms:>6.2f}ms "
-              f"{r.seconds:>5.1f}s", flush=True)
+              f"{r.p99_ms:>6.2f}ms {r.seconds:>5.1f}s", flush=True)
         if r.growth >= args.limit or r.counted != r.calls:
             failed.append(target)
     if failed:

@@ -15,6 +15,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact, structure, substitution, verify
 from fxdeploy.capture import Captured, capture, eval_mode
 from fxdeploy.deployed import Deployed
+from fxdeploy.errors import ArtifactError, FxDeployError, LoweringError
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.precision_policy import PRECISION
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
@@ -81,7 +82,10 @@ def _lower_graph(
         gm, captured.example_inputs, captured.input_names, tensor_names,
         captured.export_dynamic_shapes, settings, out_dir,
     )
-    lowered = chosen.lower(job)
+    try:
+        lowered = chosen.lower(job)
+    except LoweringError as exc:
+        raise LoweringError(f"target {chosen.name!r}: {exc}") from exc
     manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
     manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}
     executor = chosen.load(out_dir, manifest, settings)
@@ -101,6 +105,7 @@ def _verify(
 ) -> list[dict[str, Any]]:
     """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.verify)."""
     leaves = deployed.manifest["output_leaves"]
+    example_want = None
     if captured.mode == "strict" and captured.substitutions:
         # dynamo-only function substitutions: eager cannot apply them, so the reference is the
         # captured graph run by PyTorch, compared with the raw engine outputs.
@@ -122,9 +127,10 @@ def _verify(
             return deployed.call_flat(inputs, unpack=False)
 
         flags = [bool(leaf.get("detections")) for leaf in leaves if leaf["kind"] != "hidden"]
+        example_want = captured.eager_outputs  # capture ran eager with the same substitutions
     return verify.run_checks(
         deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
-        deployed_fn, eager_fn, settings.atol, flags, settings.precision,
+        deployed_fn, eager_fn, settings.atol, flags, settings.precision, example_want,
     )
 
 
@@ -194,8 +200,14 @@ def load(
         try:
             settings = Settings.from_dict(manifest["settings"])
         except (TypeError, ValueError) as exc:
-            from fxdeploy.errors import ArtifactError
-
-            raise ArtifactError(f"{root / artifact.MANIFEST}: settings: {exc}") from exc
-    executor = chosen.load(root, manifest, settings)
+            raise ArtifactError(f"{root / artifact.MANIFEST}: {exc}") from exc
+    try:
+        executor = chosen.load(root, manifest, settings)
+    except FxDeployError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the runtime's own parser refused the files
+        raise ArtifactError(
+            f"{root}: the {chosen.name} runtime could not load {', '.join(manifest['files']) or 'its files'} "
+            f"({type(exc).__name__}: {str(exc).strip()[:300]})"
+        ) from exc
     return Deployed(executor, manifest, root, unpacks=[unpack] if unpack else None)

@@ -7,6 +7,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+MAX_THREADS = 1024
 CaptureMode = Literal["auto", "strict", "non_strict"]
 Precision = Literal["fp32", "fp16"]
 
@@ -90,8 +91,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         check_types(self, "Settings")
-        if self.threads < 1:
-            raise ValueError(f"Settings.threads must be >= 1, got {self.threads}")
+        if not 1 <= self.threads <= MAX_THREADS:
+            raise ValueError(f"Settings.threads must be in [1, {MAX_THREADS}], got {self.threads}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

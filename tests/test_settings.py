@@ -81,7 +81,7 @@ def test_every_field_has_a_flag_with_its_docstring() -> None:
         ({"precision": "int8"}, ValueError, r"Settings.precision: expected one of \['fp32', 'fp16'\], got 'int8'"),
         ({"capture": {"mode": "fast"}}, ValueError, r"CaptureSettings.mode: expected one of"),
         ({"ncnn": {"fp17": True}}, ValueError, r"unknown setting\(s\) \['fp17'\]"),
-        ({"threads": 0}, ValueError, r"threads must be >= 1, got 0"),
+        ({"threads": 0}, ValueError, r"threads must be in \[1, 1024\], got 0"),
     ],
 )
 def test_bad_settings_name_the_field(data: dict, error: type, message: str) -> None:

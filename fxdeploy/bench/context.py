@@ -61,7 +61,13 @@ class BenchContext:
             return None
         if self.substitutions and not self.model_spec:
             return None  # substitutions reach a child only through the model file's spec
-        request = dict(request, threads=self.threads, inputs=str(self._inputs_file()), **self._model_source())
+        try:
+            source = self._model_source()
+        except Exception as exc:  # noqa: BLE001 - e.g. a model holding a lambda cannot be pickled
+            self._isolation = f"cannot pickle the model: {type(exc).__name__}: {exc}"
+            logger.warning("%s; lowering in-process", self._isolation)
+            return None
+        request = dict(request, threads=self.threads, inputs=str(self._inputs_file()), **source)
         result = run_isolated(request, self.work / f"child-{name}")
         if not result.ok and result.stage == "load":
             self._isolation = result.error

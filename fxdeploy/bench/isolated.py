@@ -1,22 +1,24 @@
 """Lowering in a fresh interpreter, so its time and peak memory are its own.
 
 In one long process, whichever lowering runs first pays the imports (torch.onnx, onnxscript,
-a runtime) and fills allocator caches the later ones reuse, and ``ru_maxrss`` is a high-water
-mark over the whole process. So each lowering (or plain ``torch.onnx.export``, for the peer and
-for the core benchmark) runs in ``python -m fxdeploy.bench.isolated`` and reports:
+a runtime) and fills allocator caches the later ones reuse. So each lowering (or plain
+``torch.onnx.export``, for the peer and for the core benchmark) runs in
+``python -m fxdeploy.bench.isolated`` and reports:
 - ``lower_s``: wall time of the lowering call alone (imports and model construction excluded,
   lazy imports inside the call included: a CLI user pays those too);
-- ``peak_rss_mb``: the child's ``ru_maxrss`` after the call: its peak over its whole life, which
-  includes interpreter, torch and the model;
-- ``base_rss_mb``: its RSS just before the call, so ``peak - base`` bounds what lowering added;
-- ``base_peak_rss_mb``: ``ru_maxrss`` before the call; if it equals the final peak, lowering never
-  went above what loading the model already reached.
+- ``peak_rss_mb``: the child's peak RSS *during the call*. Building a model can peak higher than
+  lowering it (transformers' random init does), which would hide the call's own peak in a plain
+  ``ru_maxrss``; so the kernel's high-water mark is reset right before the call (writing 5 to
+  ``/proc/self/clear_refs``) and ``VmHWM`` is read after it. The figure includes what the process
+  already held (interpreter, torch, the model): ``base_rss_mb``, its RSS at the reset. Where the
+  reset is not possible, ``peak_scope`` is "process" and the figure is the lifetime ``ru_maxrss``.
 The model comes from a factory spec (``file.py:factory``) or from a ``torch.save`` pickle; the
 inputs always come from a ``torch.save`` file.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -37,7 +39,7 @@ class IsolatedResult:
     lower_s: float | None = None
     peak_rss_mb: float | None = None
     base_rss_mb: float | None = None
-    base_peak_rss_mb: float | None = None
+    peak_scope: str = "call"
 
 
 def run_isolated(request: dict[str, Any], work: Path, timeout: float = 1800) -> IsolatedResult:
@@ -62,7 +64,22 @@ def _rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _maxrss_mb() -> float:
+def _reset_peak() -> bool:
+    """Linux >= 4.0: make VmHWM restart from the current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_mb(reset: bool) -> float:
+    if reset:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
 
 
@@ -105,14 +122,16 @@ def main(request_file: str, result_file: str) -> None:
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which falls back in-process
         result = {"ok": False, "stage": "load", "error": f"{type(exc).__name__}: {exc}"[:2000]}
     else:
-        base, base_peak = _rss_mb(), _maxrss_mb()
+        gc.collect()
+        reset = _reset_peak()
+        base = _rss_mb()
         try:
             lower_s, deployed = _lower(request, model, inputs, substitutions)
-            peak = _maxrss_mb()
+            peak = _peak_mb(reset)
             if deployed is not None:
                 deployed.save(request["out"])
             result = {"ok": True, "lower_s": lower_s, "peak_rss_mb": peak, "base_rss_mb": base,
-                      "base_peak_rss_mb": base_peak}
+                      "peak_scope": "call" if reset else "process"}
         except Exception as exc:  # noqa: BLE001
             result = {"ok": False, "stage": "lower", "error": f"{type(exc).__name__}: {exc}"[:2000]}
     Path(result_file).write_text(json.dumps(result))

@@ -7,7 +7,6 @@ cannot run here: the reason goes into the row, so one broken runtime does not hi
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -80,10 +79,9 @@ def fxdeploy_row(ctx: BenchContext, status: TargetStatus) -> Row:
 def _lower_in_process(ctx: BenchContext, target: str, row: Row) -> Any:
     import fxdeploy
 
-    settings = dataclasses.replace(ctx.settings)
     with RssSampler() as rss:
         start = time.perf_counter()
-        deployed = fxdeploy.lower(ctx.model, ctx.inputs, target=target, settings=settings,
+        deployed = fxdeploy.lower(ctx.model, ctx.inputs, target=target, settings=ctx.settings,
                                   substitutions=ctx.substitutions)
         row.lower_s = time.perf_counter() - start
     row.lower_peak_rss_mb, row.lower_base_rss_mb = rss.peak_mb, rss.base_mb

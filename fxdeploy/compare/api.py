@@ -61,7 +61,7 @@ class CompareReport:
             timing = "" if t.lower_s is None else f"  lowered in {t.lower_s:.2f} s"
             lines.append(f"  {t.target}: {t.status.upper()}{error}{timing}")
             if t.reason:
-                lines.append(f"    {t.reason}")
+                lines.extend(f"    {line}" for line in t.reason.splitlines())
             for r in t.results:
                 mark = "ok  " if r.ok else "FAIL"
                 lines.append(f"    {mark} {r.name} [{r.kind}] max abs {r.max_abs:.3g}"

@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import torch
 
 import fxdeploy
 from fxdeploy.bench import SCHEMA, markdown, plot, run_benchmark, validate
@@ -72,3 +73,24 @@ def test_markdown_and_png(document: dict[str, Any], tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])  # IHDR comes first
     assert data[12:16] == b"IHDR" and width > 0 and height > 0 and len(data) > 1000
+
+
+class _Unpicklable(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+        self.scale = lambda x: x * 2  # a lambda attribute: torch.save cannot pickle this model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale(self.linear(x))
+
+
+def test_a_model_that_cannot_reach_a_subprocess_is_lowered_in_process() -> None:
+    document = run_benchmark(
+        _Unpicklable().eval(), (torch.randn(2, 8),), targets=["onnxruntime"], peers=False, inductor=False,
+        warmup_s=0.0, warmup_runs=1, min_time_s=0.0, min_runs=2, rounds=1, progress=False,
+    )
+    validate(document)
+    row = document["rows"][-1]
+    assert row["name"] == "fxdeploy:onnxruntime" and row["status"] == "ok", row["reason"]
+    assert row["lower_measurement"] == "in-process" and row["parity_ok"] is True

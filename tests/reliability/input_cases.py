@@ -43,7 +43,8 @@ CALL_CASES = [
     # wrong dtype
     Case("float64", lambda: (_x().double(),), "input 'x': expected dtype float32, got float64"),
     Case("float16", lambda: (_x().half(),), "input 'x': expected dtype float32, got float16"),
-    Case("int64", lambda: (torch.ones(2, 3, 64, 64, dtype=torch.int64),), "input 'x': expected dtype float32, got int64"),
+    Case("int64", lambda: (torch.ones(2, 3, 64, 64, dtype=torch.int64),),
+         "input 'x': expected dtype float32, got int64"),
     Case("bool", lambda: (torch.ones(2, 3, 64, 64, dtype=torch.bool),), "input 'x': expected dtype float32, got bool"),
     # wrong rank
     Case("rank0", lambda: (torch.tensor(1.0),), f"input 'x': expected rank 4 (shape {SHAPE}), got rank 0 (shape ())"),
@@ -60,7 +61,8 @@ CALL_CASES = [
     Case("string", lambda: ("x",), "input 'x': expected a tensor, got str"),
     Case("none", lambda: (None,), "input 'x': expected a tensor, got NoneType"),
     Case("numpy_scalar", lambda: (np.float32(1.0),), "input 'x': expected a tensor, got float32"),
-    Case("sparse", lambda: (_x().to_sparse(),), "input 'x': expected a dense tensor with data, got a sparse_coo tensor"),
+    Case("sparse", lambda: (_x().to_sparse(),),
+         "input 'x': expected a dense tensor with data, got a sparse_coo tensor"),
     Case("meta", lambda: (torch.empty(2, 3, 64, 64, device="meta"),),
          "input 'x': expected a dense tensor with data, got a meta tensor"),
     # numpy arrays: converted when torch can read them, named when it cannot
@@ -87,11 +89,13 @@ CALL_CASES = [
 ]
 
 EXECUTE_CASES = [
-    Case("wrong_name", lambda: ({"y": _x()},), "execute() inputs: expected names ['x']; missing ['x'], unknown ['y']"),
+    Case("wrong_name", lambda: ({"y": _x()},),
+         "execute() inputs: expected names ['x']; missing ['x'], unknown ['y']"),
     Case("extra_name", lambda: ({"x": _x(), "y": _x()},),
          "execute() inputs: expected names ['x']; missing [], unknown ['y']"),
     Case("empty_dict", lambda: ({},), "execute() inputs: expected names ['x']; missing ['x'], unknown []"),
-    Case("case_differs", lambda: ({"X": _x()},), "execute() inputs: expected names ['x']; missing ['x'], unknown ['X']"),
+    Case("case_differs", lambda: ({"X": _x()},),
+         "execute() inputs: expected names ['x']; missing ['x'], unknown ['X']"),
     Case("mixed_key_types", lambda: ({"y": _x(), 0: _x()},),
          "execute() inputs: expected names ['x']; missing ['x'], unknown ['y', 0]"),
     Case("not_a_dict", lambda: ([_x()],), "execute() takes a dict of input name to tensor, got list"),

@@ -42,7 +42,9 @@ def _link_outside(path: Path) -> None:
 
 
 DAMAGE: dict[str, tuple[Callable[[Path], None], Callable[[Path, str], str]]] = {
-    "missing": (Path.unlink, lambda root, name: f"{root}/manifest.json: file {name!r} listed in the manifest is missing"),
+    "missing": (
+        Path.unlink, lambda root, name: f"{root}/manifest.json: file {name!r} listed in the manifest is missing"
+    ),
     "truncated": (_truncate, lambda root, name: f"{root}/{name}: {HASH}"),
     "flipped_byte": (_flip, lambda root, name: f"{root}/{name}: {HASH}"),
     "symlink_outside": (
@@ -85,10 +87,17 @@ MANIFEST_CASES = {
     "files_list": (_set("files", ["model.onnx"]), "manifest 'files' has the wrong type list"),
     "inputs_dict": (_set("inputs", {"x": 1}), "manifest 'inputs' has the wrong type dict"),
     "runtime_version_int": (_set("runtime_version", 3), "manifest 'runtime_version' has the wrong type int"),
-    "short_digest": (lambda m: m["files"].update({"model.onnx": "abc"}), "files entry 'model.onnx' must map a name to a sha256 hex digest"),
-    "bool_dim": (_set("inputs/0/shape", [True, 3]), re.escape("malformed tensor spec {'dtype': 'float32', 'name': 'x'")),
+    "short_digest": (
+        lambda m: m["files"].update({"model.onnx": "abc"}),
+        "files entry 'model.onnx' must map a name to a sha256 hex digest",
+    ),
+    "bool_dim": (
+        _set("inputs/0/shape", [True, 3]), re.escape("malformed tensor spec {'dtype': 'float32', 'name': 'x'")
+    ),
     "unknown_dtype": (_set("inputs/0/dtype", "float99"), "input 'x' has unknown dtype 'float99'"),
-    "duplicate_input": (lambda m: m["inputs"].append(m["inputs"][0]), re.escape("inputs names are not unique: ['x', 'x']")),
+    "duplicate_input": (
+        lambda m: m["inputs"].append(m["inputs"][0]), re.escape("inputs names are not unique: ['x', 'x']")
+    ),
     "dims_str": (_set("dims/batch", "x"), "dims 'batch' must be {min, opt, max} integers, got 'x'"),
     "dims_inverted": (_set("dims/batch", {"min": 4, "opt": 2, "max": 1}), "dims 'batch' must be {min, opt, max}"),
     "leaf_kind": (_set("output_leaves/0/kind", "weird"), "malformed output leaf {'kind': 'weird', 'name': 'output'}"),
@@ -142,7 +151,8 @@ def test_missing_directory_manifest_and_oversized_manifest_are_refused(convnet, 
     with pytest.raises(fxdeploy.ArtifactError, match="manifest is larger than 16777216 bytes"):
         fxdeploy.load(root)
     (root / "manifest.json").unlink()
-    with pytest.raises(fxdeploy.ArtifactError, match=f"^no artifact at {re.escape(str(root))}: manifest.json is missing"):
+    missing = f"^no artifact at {re.escape(str(root))}: manifest.json is missing"
+    with pytest.raises(fxdeploy.ArtifactError, match=missing):
         fxdeploy.load(root)
 
 
