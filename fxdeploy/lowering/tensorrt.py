@@ -98,20 +98,15 @@ def _logger(trt: Any) -> Any:
 def _build(trt: Any, onnx_path: Path, profile: Profile, settings: Settings) -> bytes:
     trt_logger = _logger(trt)
     builder = trt.Builder(trt_logger)
-    network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10+
+    network = builder.create_network(_network_flags(trt, settings))
     parser = trt.OnnxParser(network, trt_logger)
     if not parser.parse(onnx_path.read_bytes(), str(onnx_path)):
         errors = "\n  ".join(_parse_errors(parser))
         raise LoweringError(f"tensorrt: the ONNX parser rejected {onnx_path.name}:\n  {errors}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(settings.tensorrt.workspace_gib * 2**30))
-    if settings.precision == "fp16":
-        if not hasattr(trt.BuilderFlag, "FP16"):
-            raise LoweringError(
-                f"tensorrt {trt.__version__}: precision='fp16' needs a strongly typed fp16 ONNX (this "
-                "TensorRT has no FP16 builder flag); lower with precision='fp32'"
-            )
-        config.set_flag(trt.BuilderFlag.FP16)
+    if settings.precision == "fp32" and hasattr(trt.BuilderFlag, "TF32"):
+        config.clear_flag(trt.BuilderFlag.TF32)  # on by default; fp32 means fp32 matmuls for parity
     optimization = builder.create_optimization_profile()
     for name, (low, opt, high) in profile.items():
         optimization.set_shape(name, low, opt, high)
@@ -123,6 +118,16 @@ def _build(trt: Any, onnx_path: Path, profile: Profile, settings: Settings) -> b
             "the TensorRT log above says why"
         )
     return bytes(serialized)
+
+
+def _network_flags(trt: Any, settings: Settings) -> int:
+    """fp32: default flags (explicit batch is the only mode in TensorRT 10+). fp16: the ONNX
+    already carries the precision policy's casts (NMS inputs, scores and box decoding in fp32),
+    so the network is strongly typed and TensorRT keeps exactly those types; a weakly typed
+    network with the FP16 builder flag could move the excluded ops to fp16 as well."""
+    if settings.precision != "fp16":
+        return 0
+    return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
 
 def _parse_errors(parser: Any) -> list[str]:

@@ -67,19 +67,24 @@ class NcnnExecutor(Executor):
                     raise RuntimeError(f"ncnn: extracting blob {blob} failed with code {code} for image {b}")
                 rows[k].append(_per_image(np.array(mat), shape, blob))
         dtypes = [dtype for _, _, dtype in self.head]
-        return [torch.from_numpy(np.stack(r)).to(d) for r, d in zip(rows, dtypes, strict=True)]
+        return [torch.from_numpy(_stack(r)).to(d) for r, d in zip(rows, dtypes, strict=True)]
 
 
 def configure(opt: Any, settings: Settings) -> None:
     """Every precision switch set explicitly: ncnn's defaults enable fp16 storage and arithmetic."""
     opt.num_threads = settings.threads
     opt.use_vulkan_compute = False
-    fp16 = bool(settings.ncnn.fp16)
+    fp16 = bool(settings.ncnn.fp16 or settings.precision == "fp16")  # the precision policy, engine-wide
     opt.use_fp16_packed = fp16
     opt.use_fp16_storage = fp16
     opt.use_fp16_arithmetic = fp16
     opt.use_bf16_storage = False
     opt.use_bf16_packed = False
+
+
+def _stack(images: list[np.ndarray]) -> np.ndarray:
+    """Batch 1, the common deployment case, needs no copy."""
+    return images[0][np.newaxis] if len(images) == 1 else np.stack(images)
 
 
 def _per_image(array: np.ndarray, shape: tuple[int, ...], blob: str) -> np.ndarray:
