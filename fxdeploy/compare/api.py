@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from fxdeploy.capture import eval_mode
 from fxdeploy.compare.outputs import Comparison, Tolerances, compare_outputs, max_abs_error
 from fxdeploy.settings import Settings
 
@@ -134,15 +134,3 @@ def reference_outputs(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dic
     """Eager outputs in eval mode without autograd, with the model's modes restored afterwards."""
     with eval_mode(model), torch.no_grad():
         return model(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """Deployment means inference; the caller gets its model back in the modes it had."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training

@@ -83,3 +83,8 @@ class Executor(abc.ABC):
 
     def _synchronize(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
         """Engines that run asynchronously on a device wait here, inside the timed region."""
+
+
+def to_torch(array: np.ndarray) -> torch.Tensor:
+    """A runtime's output array as a tensor, without a copy unless the array is read-only."""
+    return torch.from_numpy(array) if array.flags.writeable else torch.from_numpy(array.copy())

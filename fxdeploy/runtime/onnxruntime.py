@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from fxdeploy.runtime.executor import Executor
+from fxdeploy.runtime.executor import to_torch as _to_torch
 from fxdeploy.settings import Settings
 
 
@@ -34,10 +34,6 @@ class OrtExecutor(Executor):
         arrays = {name: tensor.numpy() for name, tensor in feeds.items()}
         results = self.session.run(self.output_names, arrays)
         return {name: _to_torch(a) for name, a in zip(self.output_names, results, strict=True)}
-
-
-def _to_torch(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(array) if array.flags.writeable else torch.from_numpy(array.copy())
 
 
 def version() -> str | None:

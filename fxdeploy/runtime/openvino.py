@@ -6,11 +6,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from fxdeploy.errors import ArtifactError
 from fxdeploy.runtime.executor import Executor
+from fxdeploy.runtime.executor import to_torch as _to_torch
 from fxdeploy.settings import Settings
 
 _PRECISION_HINTS = {"fp32": "f32", "fp16": "f16"}
@@ -64,10 +64,6 @@ def compile_config(settings: Settings) -> dict[str, Any]:
         "PERFORMANCE_HINT": "LATENCY",
         "NUM_STREAMS": 1,
     }
-
-
-def _to_torch(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(array) if array.flags.writeable else torch.from_numpy(array.copy())
 
 
 def version() -> str | None:
