@@ -1,0 +1,50 @@
+"""Why a zoo model fails on a target, in one place: the tests turn each into a strict xfail, and
+benchmarks/zoo.py lists them in benchmarks/README.md. A fixed failure makes its test XPASS,
+which fails the run, so this table cannot go stale."""
+
+from __future__ import annotations
+
+from fxdeploy.errors import LoweringError
+
+KNOWN_FAILURES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
+    ("rt_detr_small", "ncnn"): (
+        "ncnn has no TopK, Gather or Select layer: RT-DETR's own query selection (RTDetrModel.forward, "
+        "transformers/models/rt_detr/modeling_rt_detr.py: torch.topk over the encoder scores, then gather) "
+        "stays in the engine part, and pnnx leaves torch.topk, torch.gather, Tensor.select and a dynamic "
+        "Tensor.reshape unconverted (LoweringError at check_layers). Needs a host-side split before the "
+        "query selection, or a substitution of it, to run on ncnn",
+        LoweringError,
+    ),
+}
+"""(model, target) -> (reason, the exception lowering raises)."""
+
+NCNN_STATIC_HW = (
+    "fxdeploy's ncnn lowering lets only dim 0 (the batch) be dynamic: fxdeploy/lowering/ncnn.py "
+    "_check_static_rest raises LoweringError for a dynamic height/width, although an ncnn net itself "
+    "runs at any H/W when the pnnx graph has no size baked in (CNN classifiers)"
+)
+
+HW_CAPTURE_FAILS: dict[str, str] = {
+    "vit_small": (
+        "torch.export specializes H and W: ViTEmbeddings.forward (transformers/models/vit/modeling_vit.py:152) "
+        "tests `height != self.image_size[0]` and raises unless interpolate_pos_encoding=True; with it "
+        "(a wrapper baking it in, since fxdeploy inputs are tensors only), ViTEmbeddings.interpolate_pos_encoding "
+        "tests `num_patches == num_positions`, and torch.export still specializes H to 96 "
+        "(guard 1 + (H//16)*(W//16) == 37)"
+    ),
+    "rt_detr_small": (
+        "torch.export: the hybrid encoder concatenates 2x-upsampled maps with the next level's, which only "
+        "agree when H and W are multiples of 32 (guards such as 2*((H-1)//16) < 1 + (H-1)//8). A derived "
+        "dim (32 * Dim) passes torch.export, but fxdeploy.capture._flatten then rebuilds "
+        "torch.export.Dim('32*s..', ...) from the range names and fails with AssertionError "
+        "'Dim name must be a valid identifier' (an fxdeploy bug)"
+    ),
+}
+"""Models whose H/W cannot be dynamic: lowered with a dynamic batch only, on every target."""
+
+
+def known_failure_lines() -> list[str]:
+    lines = [f"- {model} on {target}: {reason}" for (model, target), (reason, _) in KNOWN_FAILURES.items()]
+    lines += [f"- {model}, dynamic H/W (every target): {reason}" for model, reason in HW_CAPTURE_FAILS.items()]
+    lines.append(f"- every model with a dynamic H/W, on ncnn: {NCNN_STATIC_HW}; tested at one resolution there")
+    return lines
