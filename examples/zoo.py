@@ -285,12 +285,16 @@ class ZooEntry(NamedTuple):
     dynamic_shapes: dict[str, dict[int, Any]]
 
 
-def _dims(dynamic_hw: bool) -> dict[str, dict[int, Any]]:
-    """Batch 1-8; where the model allows it (see tests/zoo/known_failures.py) H and W 64-256."""
+def _dims(dynamic_hw: bool, multiple: int = 1) -> dict[str, dict[int, Any]]:
+    """Batch 1-8; where the model allows it (see tests/zoo/known_failures.py) H and W 64-256, in
+    multiples of ``multiple`` when the model needs that (a torch.export derived dim, ``32 * Dim``)."""
     batch = {0: ("batch", 1, 8)}
-    if dynamic_hw:
+    if not dynamic_hw:
+        return {"pixel_values": batch}
+    if multiple == 1:
         return {"pixel_values": {**batch, 2: ("height", 64, 256), 3: ("width", 64, 256)}}
-    return {"pixel_values": batch}
+    h, w = (torch.export.Dim(name, min=64 // multiple, max=256 // multiple) for name in ("h", "w"))
+    return {"pixel_values": {**batch, 2: multiple * h, 3: multiple * w}}
 
 
 ZOO: dict[str, ZooEntry] = {
@@ -298,7 +302,8 @@ ZOO: dict[str, ZooEntry] = {
     "resnet_small": ZooEntry(resnet_small, None, "classifier", _dims(dynamic_hw=True)),
     "vit_small": ZooEntry(vit_small, None, "classifier", _dims(dynamic_hw=False)),
     "detr_small": ZooEntry(detr_small, DETR_SUBSTITUTIONS, "detector", _dims(dynamic_hw=True)),
-    "rt_detr_small": ZooEntry(rt_detr_small, RT_DETR_SUBSTITUTIONS, "detector", _dims(dynamic_hw=False)),
+    # RT-DETR's hybrid encoder concatenates 2x-upsampled maps with the next level's: H, W multiples of 32
+    "rt_detr_small": ZooEntry(rt_detr_small, RT_DETR_SUBSTITUTIONS, "detector", _dims(dynamic_hw=True, multiple=32)),
     "yolos_small": ZooEntry(yolos_small, YOLOS_SUBSTITUTIONS, "detector", _dims(dynamic_hw=True)),
 }
 """name -> (factory, substitutions or None, kind, dynamic_shapes for ``fxdeploy.lower``)."""

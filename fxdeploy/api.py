@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import artifact, structure, substitution, verify
+from fxdeploy import artifact, dims, structure, substitution, verify
 from fxdeploy.capture import Captured, capture, eval_mode
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import ArtifactError, FxDeployError, LoweringError
@@ -78,9 +77,11 @@ def _lower_graph(
     tensor_names = [leaf["name"] for leaf in leaves if leaf["kind"] != "constant"]
     workdir = tempfile.TemporaryDirectory(prefix="fxdeploy-")
     out_dir = Path(workdir.name)
+    unchanged = not any(record.modified for record in report.records)
     job = LoweringJob(
         gm, captured.example_inputs, captured.input_names, tensor_names,
         captured.export_dynamic_shapes, settings, out_dir,
+        exported_program=captured.exported_program if unchanged else None,
     )
     try:
         lowered = chosen.lower(job)
@@ -176,14 +177,7 @@ def _dtype(value: Any) -> str:
 def _shape(value: Any, names: dict[str, str]) -> list[int | str]:
     if not isinstance(value, torch.Tensor):
         return []
-    shape: list[int | str] = []
-    for size in value.shape:
-        if isinstance(size, torch.SymInt):
-            text = str(size.node.expr)
-            shape.append(re.sub(r"\b[su]\d+\b", lambda m: names.get(m.group(0), m.group(0)), text))
-        else:
-            shape.append(int(size))
-    return shape
+    return [dims.expression(size, names) if isinstance(size, torch.SymInt) else int(size) for size in value.shape]
 
 
 def load(

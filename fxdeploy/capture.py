@@ -48,6 +48,8 @@ class Captured:
     substitutions: list[str] = field(default_factory=list)
     unpacks: list[Callable[[Any], Any]] = field(default_factory=list)
     dataclass_template: Any = None
+    # the ExportedProgram the graph module came from: lowering exports it as is when no pass changed it
+    exported_program: torch.export.ExportedProgram | None = None
 
 
 def capture(
@@ -85,6 +87,7 @@ def capture(
         template = eager_outputs if structure.has_unregistered_dataclass(eager_outputs) else None
         target = _plain_outputs(model) if template is not None else model
         ep, mode, applied = _export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
+        _check_structure(ep, eager_outputs, template, [s for s in subs if s.name in applied])
         unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
         return _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
 
@@ -119,6 +122,27 @@ def _export(
     return ep, "strict", applied + fns
 
 
+def _check_structure(
+    ep: torch.export.ExportedProgram, eager_outputs: Any, template: Any, applied: list[substitution.Substitution]
+) -> None:
+    """A function substitution applies only in capture, so eager ran the original: the two output
+    structures must agree, or the deployed model would silently return another shape of result.
+    A substitution with ``unpack`` rebuilds the eager structure on the host, so it may differ."""
+    functions = [s for s in applied if not s.is_method]
+    if not functions or any(s.unpack is not None for s in functions):
+        return
+    plain = structure.dataclasses_to_dicts(eager_outputs) if template is not None else eager_outputs
+    want = structure.describe(pytree.tree_structure(plain))
+    got = structure.describe(ep.call_spec.out_spec)
+    if want != got:
+        raise CaptureError(
+            f"substitution(s) {', '.join(s.name for s in functions)} changed the model's output structure: "
+            f"eager returns {structure.render(want)}, the captured graph returns {structure.render(got)} "
+            "(T is a leaf). A replacement must return what the original returns, or be registered with "
+            "unpack=... to rebuild the eager structure on the host"
+        )
+
+
 def _flatten(
     ep: torch.export.ExportedProgram,
     model: torch.nn.Module,
@@ -134,16 +158,14 @@ def _flatten(
     user_inputs = list(ep.graph_signature.user_inputs)
     fakes = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
     user_fakes = [fakes[name] for name in user_inputs]
-    symbol_names = _symbol_names(user_fakes, ep)
-    observed = _observed_sizes(user_fakes, flat_inputs, symbol_names)
+    symbol_names = _symbol_names(user_fakes)
+    shapes = [dims_mod.symbolic_dims(x, f, symbol_names) for x, f in zip(flat_inputs, user_fakes, strict=True)]
+    observed = _observed_sizes(shapes, flat_inputs)
     dims = dims_mod.dim_ranges(ep.range_constraints, symbol_names, opts, observed)
-    shapes = [
-        dims_mod.symbolic_dims(x, f, ep.range_constraints, symbol_names)
-        for x, f in zip(flat_inputs, user_fakes, strict=True)
-    ]
     export_dims = {name: torch.export.Dim(name, min=r.min, max=r.max) for name, r in dims.items()}
     export_shapes = [
-        {i: export_dims[s] for i, s in enumerate(shape) if isinstance(s, str)} or None for shape in shapes
+        {i: dims_mod.export_dim(s, export_dims) for i, s in enumerate(shape) if isinstance(s, str)} or None
+        for shape in shapes
     ]
     gm = ep.module(check_guards=False)
     _make_flat(gm)
@@ -164,40 +186,46 @@ def _flatten(
         substitutions=applied,
         unpacks=unpacks,
         dataclass_template=template,
+        exported_program=ep,
     )
 
 
-def _symbol_names(fakes: list[Any], ep: torch.export.ExportedProgram) -> dict[str, str]:
-    """Symbols (s0, s77) → the names the user gave them through torch.export.Dim."""
+def _symbol_names(fakes: list[Any]) -> dict[str, str]:
+    """Root symbols (s0, s77) → the names the user gave them through torch.export.Dim."""
     names: dict[str, str] = {}
     for fake in fakes:
         if not isinstance(fake, torch.Tensor):
             continue
         for size in fake.shape:
             if isinstance(size, torch.SymInt):
-                symbol = str(size.node.expr)
-                source = _dim_source_name(size)
-                names.setdefault(symbol, source or symbol)
+                for symbol in size.node.expr.free_symbols:
+                    names.setdefault(str(symbol), _dim_source_name(size.node.shape_env, symbol) or str(symbol))
     return names
 
 
-def _dim_source_name(size: torch.SymInt) -> str | None:
-    """The torch.export.Dim name behind a symbol, if the user named one."""
-    shape_env = size.node.shape_env
+def _dim_source_name(shape_env: Any, symbol: Any) -> str | None:
+    """The torch.export.Dim name behind a root symbol, if the user named one.
+
+    A dim used directly is known by its input-size source (``L['x'].size()[0]`` → ``batch``); the
+    root of a derived dim (``32 * h``) has a source of its own whose name is the Dim's name.
+    """
     debug_names = getattr(shape_env, "source_name_to_debug_name", {})
-    for source in getattr(shape_env, "var_to_sources", {}).get(size.node.expr, []):
-        name = debug_names.get(source.name)
+    for source in getattr(shape_env, "var_to_sources", {}).get(symbol, []):
+        name = debug_names.get(source.name, source.name)
         if isinstance(name, str) and name.isidentifier():
             return name
     return None
 
 
-def _observed_sizes(fakes: list[Any], inputs: list[torch.Tensor], names: dict[str, str]) -> dict[str, int]:
+def _observed_sizes(shapes: list[list[int | str]], inputs: list[torch.Tensor]) -> dict[str, int]:
+    """Each root dim's value in the example inputs."""
     observed: dict[str, int] = {}
-    for fake, real in zip(fakes, inputs, strict=True):
-        for size, actual in zip(fake.shape, real.shape, strict=True):
-            if isinstance(size, torch.SymInt):
-                observed[names.get(str(size.node.expr), str(size.node.expr))] = int(actual)
+    for shape, real in zip(shapes, inputs, strict=True):
+        for entry, actual in zip(shape, real.shape, strict=True):
+            if isinstance(entry, str):
+                value = dims_mod.root_value(entry, int(actual))
+                if value is not None:
+                    observed.setdefault(dims_mod.parse(entry)[1], value)
     return observed
 
 

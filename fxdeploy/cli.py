@@ -15,6 +15,7 @@ import torch
 
 from fxdeploy import settings_cli
 from fxdeploy.cli_triton import register as _register_triton
+from fxdeploy.dims import size_of
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,7 +164,8 @@ def random_inputs(manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
     feeds: dict[str, torch.Tensor] = {}
     generator = torch.Generator().manual_seed(0)
     for spec in manifest["inputs"]:
-        shape = [d if isinstance(d, int) else manifest["dims"][d]["opt"] for d in spec["shape"]]
+        opts = {name: bounds["opt"] for name, bounds in manifest["dims"].items()}
+        shape = [size_of(d, opts) for d in spec["shape"]]
         dtype = DTYPES[spec["dtype"]]
         if dtype.is_floating_point:
             feeds[spec["name"]] = torch.randn(shape, generator=generator).to(dtype)

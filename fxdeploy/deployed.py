@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import artifact, structure
+from fxdeploy import artifact, dims, structure
 from fxdeploy.errors import InputError
 from fxdeploy.runtime.executor import Executor, Stats
 
@@ -137,18 +137,27 @@ class Deployed:
     def _check_dim(
         self, name: str, axis: int, dim: str, got: int, seen: dict[str, tuple[int, str]]
     ) -> None:
-        bounds = self._dims.get(dim)
-        if bounds is not None and not bounds["min"] <= got <= bounds["max"]:
+        """``dim`` is a root dim (``h``) or one derived from it (``32*h``); the root is checked."""
+        root, value = dim, got
+        if not dim.isidentifier():
+            root = dims.parse(dim)[1]
+            value = dims.root_value(dim, got)
+            if value is None:
+                raise InputError(f"input {name!r}: dim {axis} must be {dim} for an integer {root}, got {got}")
+        label = dim if root == dim else f"{dim}, so {root} = {value}"
+        bounds = self._dims.get(root)
+        if bounds is not None and not bounds["min"] <= value <= bounds["max"]:
+            span = f"[{bounds['min']}, {bounds['max']}]"
             raise InputError(
-                f"input {name!r}: dim {axis} ({dim}) must be in [{bounds['min']}, {bounds['max']}], "
-                f"got {got}"
+                f"input {name!r}: dim {axis} ({dim}) must be in {span}, got {got}" if root == dim
+                else f"input {name!r}: dim {axis} ({dim}) is {got}, so {root} = {value}; {root} must be in {span}"
             )
-        if dim in seen and seen[dim][0] != got:
+        if root in seen and seen[root][0] != value:
             raise InputError(
-                f"input {name!r}: dim {axis} ({dim}) is {got}, but input {seen[dim][1]!r} has "
-                f"{dim} = {seen[dim][0]}; they must be equal"
+                f"input {name!r}: dim {axis} ({label}) is {got}, but input {seen[root][1]!r} has "
+                f"{root} = {seen[root][0]}; they must be equal"
             )
-        seen[dim] = (got, name)
+        seen[root] = (value, name)
 
     def _rebuild(self, outputs: dict[str, torch.Tensor], *, unpack: bool = True) -> Any:
         leaves: list[Any] = []

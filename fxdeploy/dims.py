@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,8 @@ import torch
 from torch.export import Dim
 
 INT_MAX = 2**31 - 1
+_SYMBOL = re.compile(r"\b[su]\d+\b")
+_DERIVED = re.compile(r"^(?:(\d+)\*)?([A-Za-z_]\w*)(?:([+-])(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -89,34 +92,65 @@ def to_export_dynamic_shapes(
     ), opts
 
 
-def symbolic_dims(
-    example: torch.Tensor | Any, fake: Any, ranges: Mapping[Any, Any], names: dict[str, str]
-) -> list[int | str]:
-    """Shape of one input as the manifest writes it: ints, or the name of a dynamic dim."""
+def symbolic_dims(example: torch.Tensor | Any, fake: Any, names: dict[str, str]) -> list[int | str]:
+    """Shape of one input as the manifest writes it: ints, a dynamic dim's name (``batch``), or
+    a dim derived from one (``32*h``, ``2*h + 1``: torch.export's ``32 * Dim("h")``)."""
     if not isinstance(fake, torch.Tensor):
         return []
-    out: list[int | str] = []
-    for size in fake.shape:
-        if isinstance(size, torch.SymInt):
-            symbol = str(size.node.expr)
-            out.append(names.get(symbol, symbol))
-        else:
-            out.append(int(size))
-    return out
+    return [expression(size, names) if isinstance(size, torch.SymInt) else int(size) for size in fake.shape]
+
+
+def expression(size: torch.SymInt, names: dict[str, str]) -> str:
+    """A symbolic size with its symbols (s0, s77) replaced by the user's dim names."""
+    return _SYMBOL.sub(lambda m: names.get(m.group(0), m.group(0)), str(size.node.expr))
+
+
+def parse(entry: str) -> tuple[int, str, int]:
+    """A manifest dim as (a, root, b), meaning ``a * root + b``: 'h' is (1, 'h', 0), '32*h' is (32, 'h', 0)."""
+    match = _DERIVED.match(entry.replace(" ", ""))
+    if match is None:
+        raise ValueError(f"dim {entry!r} is neither a dim name nor of the form a*name + b")
+    a, root, sign, b = match.groups()
+    return int(a or 1), root, (-1 if sign == "-" else 1) * int(b or 0)
+
+
+def size_of(entry: int | str, sizes: Mapping[str, int]) -> int:
+    """The size of one manifest dim, given a size for each root dim."""
+    if isinstance(entry, int):
+        return entry
+    a, root, b = parse(entry)
+    return a * sizes[root] + b
+
+
+def root_value(entry: str, size: int) -> int | None:
+    """The root dim's value for which ``entry`` has ``size``, or None when no integer one exists."""
+    a, _, b = parse(entry)
+    return (size - b) // a if (size - b) % a == 0 else None
 
 
 def dim_ranges(
     ranges: Mapping[Any, Any], names: dict[str, str], opts: dict[str, int], observed: dict[str, int]
 ) -> dict[str, DimRange]:
-    """Map each dynamic symbol's value range onto its user-facing name."""
+    """Map each root symbol's value range onto its user-facing name (derived dims have none of their own)."""
     result: dict[str, DimRange] = {}
     for symbol, value_range in ranges.items():
+        if not getattr(symbol, "is_Symbol", False):
+            continue  # 32*s39: a derived dim, bounded through its root
         name = names.get(str(symbol), str(symbol))
         lo = int(value_range.lower)
         hi = _finite_or(value_range.upper, INT_MAX)
         opt = opts.get(name, observed.get(name, lo))
         result[name] = DimRange(name, lo, hi, opt)
     return result
+
+
+def export_dim(entry: str, roots: Mapping[str, Any]) -> Any:
+    """A manifest dim back as a torch.export dim: a Dim, or a derived ``a * Dim + b``."""
+    a, root, b = parse(entry)
+    dim = roots[root]
+    if a != 1:
+        dim = a * dim
+    return dim + b if b else dim
 
 
 def _finite_or(bound: Any, default: int) -> int:

@@ -44,6 +44,14 @@ class OnnxSettings(_Checked):
     """ONNX IR version written; onnxruntime 1.31 reads at most 13, onnx 1.23 writes 14 by default."""
     optimize: bool = True
     """run the onnxscript optimizer (constant folding, dead code) on the exported model."""
+    external_data_mib: float = 16.0
+    """weights of at least this many MiB go to model.onnx.data beside model.onnx, written straight from
+    the exporter's tensors (an inline file costs two more in-memory copies); 0: always; past 2 GiB: always."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.external_data_mib < 0:
+            raise ValueError(f"Settings.onnx.external_data_mib must be >= 0, got {self.external_data_mib}")
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,19 @@ def describe(spec: pytree.TreeSpec) -> dict[str, Any]:
     return {"kind": "list", "children": children}
 
 
+def render(description: dict[str, Any]) -> str:
+    """A short text form of ``describe``'s output, for error messages: ``{'boxes': T, 'n': T}``."""
+    kind = description["kind"]
+    if kind == "leaf":
+        return "T"
+    parts = [render(c) for c in description["children"]]
+    if kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(description["keys"], parts, strict=True)) + "}"
+    if kind == "tuple":
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    return "[" + ", ".join(parts) + "]"
+
+
 def _keys_of(spec: pytree.TreeSpec) -> list[str] | None:
     context = spec.context
     if isinstance(context, (list, tuple)) and all(isinstance(k, str) for k in context):

@@ -15,6 +15,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy import structure
+from fxdeploy.dims import size_of
 from fxdeploy.errors import LoweringError
 
 MAX_CHECKED = 4096
@@ -47,7 +48,7 @@ def resized(
     generator = torch.Generator().manual_seed(seed)
     out = []
     for example, shape in zip(examples, shapes, strict=True):
-        dims = [sizes[d] if isinstance(d, str) else d for d in shape]
+        dims = [size_of(d, sizes) for d in shape]
         out.append(_like(example, dims, generator))
     return out
 

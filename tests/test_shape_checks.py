@@ -86,3 +86,47 @@ def test_a_wrong_engine_at_max_batch_is_an_error_naming_the_shape() -> None:
                            dynamic_shapes={"input": {0: ("batch", 1, 8)}})
     finally:
         _TARGETS.pop("test-broken")
+
+
+class Patches(torch.nn.Module):
+    """Folds H and W into 32x32 patches: only multiples of 32 work, a derived dim (32 * Dim)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        b, c, h, w = y.shape
+        return y.reshape(b, c, h // 32, 32, w // 32, 32).mean((3, 5))
+
+
+@pytest.fixture(scope="module")
+def patches() -> tuple[torch.nn.Module, fxdeploy.Deployed]:
+    h, w = torch.export.Dim("h", min=2, max=6), torch.export.Dim("w", min=2, max=6)
+    model = Patches().eval()
+    x = torch.randn(2, 3, 64, 96)
+    return model, fxdeploy.lower(model, (x,), dynamic_shapes={"x": {0: "batch", 2: 32 * h, 3: 32 * w}})
+
+
+def test_derived_dims_are_recorded_checked_and_run(patches) -> None:
+    model, deployed = patches
+    assert deployed.manifest["inputs"][0]["shape"] == ["batch", 3, "32*h", "32*w"]
+    assert {k: v for k, v in deployed.manifest["dims"].items() if k != "batch"} == {
+        "h": {"min": 2, "opt": 2, "max": 6}, "w": {"min": 2, "opt": 3, "max": 6},
+    }
+    checks = deployed.manifest["info"]["shape_checks"]
+    assert checks[1]["shapes"] == [[1, 3, 64, 64]] and checks[3]["shapes"][0][2:] == [192, 192]
+    x = torch.randn(3, 3, 160, 64)
+    with torch.no_grad():
+        assert (deployed(x) - model(x)).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize(("size", "message"), [
+    (100, r"dim 2 must be 32\*h for an integer h, got 100"),
+    (224, r"dim 2 \(32\*h\) is 224, so h = 7; h must be in \[2, 6\]"),
+])
+def test_derived_dim_outside_its_range_is_refused(patches, size: int, message: str) -> None:
+    _, deployed = patches
+    with pytest.raises(fxdeploy.InputError, match=message):
+        deployed(torch.randn(1, 3, size, 64))

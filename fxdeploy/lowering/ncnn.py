@@ -153,12 +153,22 @@ def _convert(
         result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600)
         if result.returncode != 0 or not (work / PARAM).is_file() or not (work / BIN).is_file():
             log = (result.stdout + result.stderr).strip().splitlines()[-15:]
+            custom = _non_aten_ops(traced)
+            suspects = f"op(s) {', '.join(custom)}" if custom else "the op named in pnnx's log above"
             raise LoweringError(
                 f"ncnn: pnnx failed (exit code {result.returncode}) converting the traced graph:\n  "
                 + "\n  ".join(log)
+                + f"\n  To fix: replace {suspects} before capture with @fxdeploy.substitute (a tensor-only "
+                "version built from aten ops), or choose another target (fxdeploy check-env lists them)"
             )
         for name in (PARAM, BIN):
             shutil.move(str(work / name), str(out_dir / name))
+
+
+def _non_aten_ops(traced: torch.jit.ScriptModule) -> list[str]:
+    """Ops outside aten/prim in the traced graph: custom ops, which pnnx has no converter for."""
+    kinds = {node.kind() for node in traced.inlined_graph.nodes()}
+    return sorted(k for k in kinds if k.split("::", 1)[0] not in ("aten", "prim", "quantized"))
 
 
 def check_layers(param: Path) -> None:

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import onnx
 import torch
 
 from fxdeploy.errors import LoweringError
@@ -35,16 +34,24 @@ def export_onnx(
     settings: Settings,
     *,
     flavour: str = "standard",
-) -> onnx.ModelProto:
-    """Export the (already passed) graph and return a checked ModelProto at the configured IR."""
+    program: torch.export.ExportedProgram | None = None,
+) -> torch.onnx.ONNXProgram:
+    """Export the (already passed) graph to an ONNX program at the configured IR version.
+
+    ``program`` is capture's ExportedProgram, given when no pass changed the graph: it is the same
+    graph, so it is exported as is instead of being traced again. The model is not run through
+    ``onnx.checker`` here: that serializes a second copy of every weight, and each runtime checks
+    the model when it loads it, which ``lower()`` does right after.
+    """
     from fxdeploy.lowering.onnx_translations import translation_table
 
     args = tuple(example_inputs)
     try:
         with _quiet_exporter():
-            ep = torch.export.export(gm, args, dynamic_shapes=tuple(dynamic_shapes), strict=False)
-            program = torch.onnx.export(
-                ep,
+            if program is None:
+                program = torch.export.export(gm, args, dynamic_shapes=tuple(dynamic_shapes), strict=False)
+            onnx_program = torch.onnx.export(
+                program,
                 args,
                 dynamo=True,
                 input_names=list(input_names),
@@ -57,29 +64,21 @@ def export_onnx(
             )
     except Exception as exc:
         raise LoweringError(_explain(exc)) from exc
-    model = program.model_proto
+    model = onnx_program.model
     model.ir_version = min(model.ir_version, settings.onnx.ir_version)
-    _check(model)
-    return model
+    return onnx_program
 
 
-def save_onnx(model: onnx.ModelProto, path: Path) -> list[str]:
-    """Write the model; weights go to a side file only past protobuf's 2 GiB limit."""
-    if model.ByteSize() < 2**31 - 2**20:
-        path.write_bytes(model.SerializeToString())
-        return [path.name]
-    data = path.with_suffix(".data")
-    onnx.save_model(model, str(path), save_as_external_data=True, location=data.name)
-    return [path.name, data.name]
+def save_onnx(program: torch.onnx.ONNXProgram, path: Path, settings: Settings) -> list[str]:
+    """Write ``path``, and its weights to ``<name>.data`` when they reach ``onnx.external_data_mib``.
 
-
-def _check(model: onnx.ModelProto) -> None:
-    if model.ByteSize() >= 2**31 - 2**20:
-        return
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as exc:
-        raise LoweringError(f"the exported ONNX model is invalid: {exc}") from exc
+    External weights are written straight from the exporter's tensors, while an inline file is
+    first built as one protobuf holding a copy of every weight, then serialized into a second one.
+    """
+    size = sum(v.const_value.nbytes for v in program.model.graph.initializers.values() if v.const_value is not None)
+    program.save(path, external_data=size >= settings.onnx.external_data_mib * 2**20)
+    data = path.with_name(path.name + ".data")
+    return [path.name, data.name] if data.exists() else [path.name]
 
 
 def _explain(exc: Exception) -> str:

@@ -61,7 +61,7 @@ def build_engine(onnx_path: Path, profile: Profile, settings: Settings, out_dir:
     """Write ``out_dir/model.plan``, from the cache when an identical build is there."""
     import tensorrt as trt
 
-    key = cache_key(onnx_path.read_bytes(), profile, settings, trt.__version__)
+    key = cache_key(_onnx_digest(onnx_path), profile, settings, trt.__version__)
     cache_dir = Path(settings.tensorrt.engine_cache_dir) if settings.tensorrt.engine_cache_dir else None
     cached = cache_dir / f"{key}.plan" if cache_dir else None
     if cached is not None and cached.is_file():
@@ -76,6 +76,17 @@ def build_engine(onnx_path: Path, profile: Profile, settings: Settings, out_dir:
             partial.replace(cached)  # atomic: a reader never sees half an engine
     return {"tensorrt_profile": {n: {"min": a, "opt": b, "max": c} for n, (a, b, c) in profile.items()},
             "engine_cache_key": key}
+
+
+def _onnx_digest(onnx_path: Path) -> bytes:
+    """sha256 over the model file and its external weights (``<name>.data``), read in chunks."""
+    digest = hashlib.sha256()
+    for path in (onnx_path, onnx_path.with_name(onnx_path.name + ".data")):
+        if path.is_file():
+            with path.open("rb") as f:
+                while chunk := f.read(1 << 24):
+                    digest.update(chunk)
+    return digest.digest()
 
 
 def cache_key(onnx_bytes: bytes, profile: Profile, settings: Settings, trt_version: str) -> str:
@@ -100,7 +111,7 @@ def _build(trt: Any, onnx_path: Path, profile: Profile, settings: Settings) -> b
     builder = trt.Builder(trt_logger)
     network = builder.create_network(_network_flags(trt, settings))
     parser = trt.OnnxParser(network, trt_logger)
-    if not parser.parse(onnx_path.read_bytes(), str(onnx_path)):
+    if not parser.parse_from_file(str(onnx_path)):  # finds the external weights next to the file
         errors = "\n  ".join(_parse_errors(parser))
         raise LoweringError(f"tensorrt: the ONNX parser rejected {onnx_path.name}:\n  {errors}")
     config = builder.create_builder_config()

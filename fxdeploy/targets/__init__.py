@@ -35,6 +35,8 @@ class LoweringJob:
     dynamic_shapes: list[dict[int, Any] | None]
     settings: Settings
     out_dir: Path
+    # capture's ExportedProgram when no pass changed the graph (the same graph, not traced again)
+    exported_program: torch.export.ExportedProgram | None = None
 
 
 @dataclass

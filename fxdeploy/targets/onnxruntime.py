@@ -14,12 +14,12 @@ from fxdeploy.targets import Lowered, LoweringJob, Target
 def lower_onnx(job: LoweringJob, *, flavour: str = "standard") -> Lowered:
     from fxdeploy.lowering.onnx import export_onnx, save_onnx
 
-    model = export_onnx(
+    program = export_onnx(
         job.graph_module, job.example_inputs, job.input_names, job.output_names,
-        job.dynamic_shapes, job.settings, flavour=flavour,
+        job.dynamic_shapes, job.settings, flavour=flavour, program=job.exported_program,
     )
-    files = save_onnx(model, job.out_dir / "model.onnx")
-    return Lowered(files, {"onnx_opset": job.settings.onnx.opset, "onnx_ir_version": model.ir_version})
+    files = save_onnx(program, job.out_dir / "model.onnx", job.settings)
+    return Lowered(files, {"onnx_opset": job.settings.onnx.opset, "onnx_ir_version": program.model.ir_version})
 
 
 def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:

@@ -72,15 +72,6 @@ class UsesCustomOp(torch.nn.Module):
 
 
 OP = re.compile(r"fxdeploy_reliability(\.|::)triple")
-NO_TARGET_NAME = (
-    "fxdeploy/lowering/onnx.py _explain says 'ONNX lowering failed' without the target; "
-    "fxdeploy/api.py _lower_graph does not add it either"
-)
-NO_ADVICE = "fxdeploy/lowering/ncnn.py (pnnx failure branch) quotes pnnx's log but gives no fix"
-GAPS = {
-    "names_target": {},
-    "says_what_to_do": {"ncnn": NO_ADVICE},
-}
 
 
 @pytest.fixture(scope="module")
@@ -111,16 +102,12 @@ def test_custom_op_is_lowered_or_named(custom_op_outcome, target: str) -> None:
         assert target == "torchscript", f"{target} lowered an op it has no translation for"
 
 
-@pytest.mark.parametrize("gap", sorted(GAPS))
 @pytest.mark.parametrize("target", TARGETS)
-def test_custom_op_error_names_target_and_fix(custom_op_outcome, target: str, gap: str, request) -> None:
+def test_custom_op_error_names_target_op_and_fix(custom_op_outcome, target: str) -> None:
     outcome = custom_op_outcome(target)
     if not isinstance(outcome, fxdeploy.LoweringError):
         pytest.skip(f"{target} lowers the custom op, so there is no error to read")
-    if target in GAPS[gap]:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=GAPS[gap][target]))
     message = str(outcome)
-    if gap == "names_target":
-        assert target in message, message
-    else:
-        assert "@fxdeploy.substitute" in message, message
+    assert target in message, message
+    assert OP.search(message), message
+    assert "@fxdeploy.substitute" in message, message

@@ -59,29 +59,39 @@ def method_tuple_instead_of_dict(self: torch.nn.Module, x: torch.Tensor) -> tupl
     return torch.where(x > 0, x, 0.0), (x > 0).sum()
 
 
-CAPTURE = "fxdeploy/capture.py capture(): the exported out_spec is never compared with the eager output's structure"
 CASES = {
     # model output is the substituted function's result: a dict silently becomes a tuple
-    "function_tuple_for_dict": (ReturnsPost, LIB.post, tuple_instead_of_dict, CAPTURE),
+    "function_tuple_for_dict": (ReturnsPost, LIB.post, tuple_instead_of_dict),
     # one tensor fewer: fails in a pass, without naming the substitution
-    "function_missing_key": (
-        ReturnsPost, LIB.post, one_tensor_instead_of_two,
-        CAPTURE + " (tensorize_outputs then fails with '2 output names for 1 graph outputs')",
-    ),
+    "function_missing_key": (ReturnsPost, LIB.post, one_tensor_instead_of_two),
     # model code indexes the result: capture fails on the user's line, naming the substitution
-    "function_result_indexed": (UsesPost, LIB.post, tuple_instead_of_dict, None),
+    "function_result_indexed": (UsesPost, LIB.post, tuple_instead_of_dict),
     # a method substitution runs in the eager pass too, so the mismatch surfaces there
-    "method_tuple_for_dict": (LIB.Head, LIB.Head.post, method_tuple_instead_of_dict, None),
+    "method_tuple_for_dict": (LIB.Head, LIB.Head.post, method_tuple_instead_of_dict),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_wrong_structure_fails_in_lower_naming_the_substitution(case: str, request) -> None:
-    model_type, original, replacement, gap = CASES[case]
-    if gap is not None:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=gap))
+def test_wrong_structure_fails_in_lower_naming_the_substitution(case: str) -> None:
+    model_type, original, replacement = CASES[case]
     name = f"{original.__module__}.{original.__qualname__}"
     x = torch.randn(3, 4)
     with pytest.raises(fxdeploy.FxDeployError) as info:
         fxdeploy.lower(model_type(), (x,), substitutions={original: replacement})
     assert name in str(info.value), str(info.value)
+    if case.startswith("function_") and case != "function_result_indexed":
+        assert "output structure" in str(info.value), str(info.value)
+
+
+def test_structure_message_shows_both_structures() -> None:
+    with pytest.raises(fxdeploy.FxDeployError, match=r"eager returns \{'pos': T, 'n': T\}.*returns \(T, T\)"):
+        fxdeploy.lower(ReturnsPost(), (torch.randn(3, 4),), substitutions={LIB.post: tuple_instead_of_dict})
+
+
+def test_unpack_allows_another_structure() -> None:
+    """With unpack, the substitution promises to rebuild eager's structure on the host."""
+    sub = fxdeploy.Substitution(LIB.post, tuple_instead_of_dict, unpack=lambda out: {"pos": out[0], "n": out[1]})
+    x = torch.randn(3, 4)
+    deployed = fxdeploy.lower(ReturnsPost(), (x,), substitutions={LIB.post: sub})
+    out = deployed(x)
+    assert torch.equal(out["n"], (x + 1 > 0).sum())

@@ -32,13 +32,6 @@ HW_CAPTURE_FAILS: dict[str, str] = {
         "tests `num_patches == num_positions`, and torch.export still specializes H to 96 "
         "(guard 1 + (H//16)*(W//16) == 37)"
     ),
-    "rt_detr_small": (
-        "torch.export: the hybrid encoder concatenates 2x-upsampled maps with the next level's, which only "
-        "agree when H and W are multiples of 32 (guards such as 2*((H-1)//16) < 1 + (H-1)//8). A derived "
-        "dim (32 * Dim) passes torch.export, but fxdeploy.capture._flatten then rebuilds "
-        "torch.export.Dim('32*s..', ...) from the range names and fails with AssertionError "
-        "'Dim name must be a valid identifier' (an fxdeploy bug)"
-    ),
 }
 """Models whose H/W cannot be dynamic: lowered with a dynamic batch only, on every target."""
 

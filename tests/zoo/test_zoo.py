@@ -155,19 +155,3 @@ def test_dynamic_hw_is_refused_at_capture(name: str) -> None:
     dims = {"pixel_values": {0: ("batch", 1, 8), 2: ("height", 64, 256), 3: ("width", 64, 256)}}
     with pytest.raises(CaptureError, match="height|width"):
         fxdeploy.lower(model, (x,), dynamic_shapes=dims, substitutions=entry.substitutions)
-
-
-@pytest.mark.zoo
-@pytest.mark.xfail(
-    reason="fxdeploy.capture._flatten rebuilds torch.export.Dim from range names; a derived dim "
-    "(32 * Dim) gives the name '32*s..' (AssertionError: Dim name must be a valid identifier)",
-    raises=AssertionError, strict=True,
-)
-def test_rt_detr_lowers_with_height_and_width_in_multiples_of_32() -> None:
-    """RT-DETR's encoder needs H, W multiples of 32; torch.export accepts that as a derived dim."""
-    entry = ZOO["rt_detr_small"]
-    model, (x,) = entry.factory()
-    h32, w32 = torch.export.Dim("h32", min=2, max=8), torch.export.Dim("w32", min=2, max=8)
-    dims = {"pixel_values": {0: ("batch", 1, 8), 2: 32 * h32, 3: 32 * w32}}
-    deployed = fxdeploy.lower(model, (x,), dynamic_shapes=dims, substitutions=entry.substitutions)
-    assert check("rt_detr_small", model, deployed, images(2, SECOND_RESOLUTION, 0), "onnxruntime") > 0
