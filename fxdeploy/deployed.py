@@ -45,6 +45,8 @@ class Deployed:
         self._names = [name for name, _, _ in self._inputs]
         self._dims = manifest["dims"]
         self._leaves = manifest["output_leaves"]
+        plain = all(leaf["kind"] == "tensor" and "trim" not in leaf for leaf in self._leaves)
+        self._plain_leaves = [leaf["name"] for leaf in self._leaves] if plain else None
         self._lock = None if executor.thread_safe else threading.Lock()
 
     @property
@@ -64,6 +66,8 @@ class Deployed:
         return [o["name"] for o in self.manifest["outputs"]]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs and all(type(a) is torch.Tensor for a in args):
+            return self.call_flat(list(args))  # the common case, without a pytree walk
         flat = pytree.tree_leaves((args, kwargs), is_leaf=lambda x: isinstance(x, np.ndarray))
         return self.call_flat(flat)
 
@@ -160,6 +164,21 @@ class Deployed:
         seen[root] = (value, name)
 
     def _rebuild(self, outputs: dict[str, torch.Tensor], *, unpack: bool = True) -> Any:
+        if self._plain_leaves is not None:  # every leaf a plain engine output: no per-leaf decisions
+            leaves: list[Any] = [outputs[name] for name in self._plain_leaves]
+        else:
+            leaves = self._leaf_values(outputs)
+        if self._out_spec is None:
+            result = structure.rebuild(self.manifest["output_tree"], leaves)
+        else:
+            result = pytree.tree_unflatten(leaves, self._out_spec)
+            if self._template is not None:
+                result = structure.dicts_to_dataclasses(self._template, result)
+        for unpacker in self._unpacks if unpack else ():
+            result = unpacker(result)
+        return result
+
+    def _leaf_values(self, outputs: dict[str, torch.Tensor]) -> list[Any]:
         leaves: list[Any] = []
         for leaf in self._leaves:
             if leaf["kind"] == "hidden":
@@ -174,15 +193,7 @@ class Deployed:
                 leaves.append(cast(outputs[leaf["name"]].item()))
             else:
                 leaves.append(outputs[leaf["name"]])
-        if self._out_spec is None:
-            result = structure.rebuild(self.manifest["output_tree"], leaves)
-        else:
-            result = pytree.tree_unflatten(leaves, self._out_spec)
-            if self._template is not None:
-                result = structure.dicts_to_dataclasses(self._template, result)
-        for unpacker in self._unpacks if unpack else ():
-            result = unpacker(result)
-        return result
+        return leaves
 
     def __repr__(self) -> str:
         inputs = ", ".join(f"{n}: {_dt(d)}{_fmt(s)}" for n, d, s in self._inputs)

@@ -38,7 +38,7 @@ class NMSSettings(_Checked):
 
 @dataclass(frozen=True)
 class OnnxSettings(_Checked):
-    opset: int = 18
+    opset: int = 20
     """ONNX opset of the exported model."""
     ir_version: int = 10
     """ONNX IR version written; onnxruntime 1.31 reads at most 13, onnx 1.23 writes 14 by default."""

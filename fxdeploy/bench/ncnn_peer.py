@@ -58,9 +58,9 @@ def ncnn_peer_row(ctx: BenchContext, reference: Any) -> Row:
     if net.load_param(str(param)) != 0 or net.load_model(str(weights)) != 0:
         return row.failed("ncnn could not load the param/bin pnnx wrote")
     leaves = [x for x in pytree.tree_leaves(reference) if isinstance(x, torch.Tensor)]
-    arrays = [np.ascontiguousarray(x.numpy()) for x in tensors]
+    contiguous = [x.contiguous() for x in tensors]
     row.artifact_bytes = param.stat().st_size + weights.stat().st_size
-    row.fn = lambda: _run_ncnn(ncnn, net, arrays, len(leaves))
+    row.fn = lambda: _run_ncnn(ncnn, net, [x.numpy() for x in contiguous], len(leaves))
     row.adapt = lambda raw: unflatten(
         [torch.from_numpy(np.stack([img[k] for img in raw]).reshape(leaf.shape)) for k, leaf in enumerate(leaves)],
         reference,

@@ -8,6 +8,10 @@
   default path fails on convolutional models ("sources must not be empty for symbol ..."); the
   documented ``aot_autograd=True`` option works, so it is tried next and the row says so;
 - pnnx + ncnn, in ``ncnn_peer.py``.
+
+Every timed call starts from the model's torch tensors, as the model's callers hold them, and
+returns the runtime's own arrays; turning those back into the model's output structure is left
+out of the peers' time (fxdeploy's rows include it: ``Deployed.__call__`` returns eager's structure).
 """
 
 from __future__ import annotations
@@ -57,13 +61,13 @@ def ort_peer_row(ctx: BenchContext, reference: Any) -> Row:
         session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001
         return row.failed(f"onnx export + session failed: {first_line(exc)}")
-    arrays = [x.numpy() for x in pytree.tree_leaves(ctx.inputs) if isinstance(x, torch.Tensor)]
+    tensors = [x for x in pytree.tree_leaves(ctx.inputs) if isinstance(x, torch.Tensor)]
     names = [i.name for i in session.get_inputs()]
-    if len(names) != len(arrays):
-        return row.failed(f"the exported graph has {len(names)} inputs, the model takes {len(arrays)}")
-    feeds = dict(zip(names, arrays, strict=True))
+    if len(names) != len(tensors):
+        return row.failed(f"the exported graph has {len(names)} inputs, the model takes {len(tensors)}")
     row.artifact_bytes = directory_bytes(out)
-    row.fn = lambda: session.run(None, feeds)
+    # from the model's torch tensors, as the torch.onnx tutorial feeds ORT (``x.numpy()``)
+    row.fn = lambda: session.run(None, {name: x.numpy() for name, x in zip(names, tensors, strict=True)})
     row.adapt = lambda raw: unflatten([torch.from_numpy(np.asarray(a)) for a in raw], reference)
     return row
 
