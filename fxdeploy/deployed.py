@@ -18,6 +18,10 @@ from fxdeploy.runtime.executor import Executor, Stats
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in artifact.DTYPE_NAMES}
 
 
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray)
+
+
 class Deployed:
     """A lowered model. ``dep(*inputs)`` returns the model's structure; ``execute`` is dict to dict."""
 
@@ -68,8 +72,24 @@ class Deployed:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs and all(type(a) is torch.Tensor for a in args):
             return self.call_flat(list(args))  # the common case, without a pytree walk
-        flat = pytree.tree_leaves((args, kwargs), is_leaf=lambda x: isinstance(x, np.ndarray))
-        return self.call_flat(flat)
+        return self.call_flat(self._flatten_call(args, kwargs))
+
+    def _flatten_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """Inputs in manifest order. Keyword inputs bind by name, in whatever order they come."""
+        head = pytree.tree_leaves(args, is_leaf=_is_array)
+        if not kwargs:
+            return head
+        rest = self._names[len(head):]
+        if set(kwargs) == set(rest) and all(_is_array(v) or isinstance(v, torch.Tensor) for v in kwargs.values()):
+            return [*head, *(kwargs[name] for name in rest)]
+        tree = self.manifest.get("input_tree", {}).get("children", [])
+        captured = tree[1].get("keys", []) if len(tree) == 2 and tree[1].get("kind") == "dict" else []
+        if set(kwargs) == set(captured):  # nested keyword inputs: flatten in the captured key order
+            return [*head, *pytree.tree_leaves([kwargs[k] for k in captured], is_leaf=_is_array)]
+        raise InputError(
+            f"keyword inputs {sorted(kwargs)} do not match the model's: after {len(head)} positional "
+            f"input(s) it expects {rest}" + (f" (captured with keywords {captured})" if captured else "")
+        )
 
     def call_flat(self, flat: list[Any], *, unpack: bool = True) -> Any:
         """Inputs in manifest order; ``unpack=False`` stops before the substitutions' unpack."""

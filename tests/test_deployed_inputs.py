@@ -50,3 +50,28 @@ def test_numpy_and_non_contiguous_inputs_give_correct_results(deployed) -> None:
     assert (deployed(x) - want).abs().max().item() <= 1e-4
     assert (deployed(x.contiguous().numpy()) - want).abs().max().item() <= 1e-4
     assert isinstance(x.contiguous().numpy(), np.ndarray)
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, image: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return image.mean((1, 2, 3)) * scale - scale.square()
+
+
+@pytest.fixture(scope="module")
+def two_inputs():
+    image, scale = torch.randn(2, 3, 8, 8), torch.tensor([2.0, -1.0])
+    return fxdeploy.lower(TwoInputs(), (image, scale)), image, scale
+
+
+def test_keyword_inputs_bind_by_name_in_any_order(two_inputs) -> None:
+    deployed, image, scale = two_inputs
+    want = TwoInputs()(image, scale)
+    for got in (deployed(image, scale), deployed(image, scale=scale), deployed(scale=scale, image=image),
+                deployed(image=image, scale=scale)):
+        assert (got - want).abs().max() <= 1e-6
+
+
+def test_unknown_keyword_input_is_named(two_inputs) -> None:
+    deployed, image, scale = two_inputs
+    with pytest.raises(fxdeploy.InputError, match=r"keyword inputs \['factor'\] do not match .* expects \['scale'\]"):
+        deployed(image, factor=scale)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -83,9 +84,11 @@ def measure_interleaved(
     per_round_s = budget.min_time_s / budget.rounds
     per_round_runs = math.ceil(budget.min_runs / budget.rounds)
     names = list(fns)
+    order = random.Random(0)
     for index in range(budget.rounds):
-        shift = index % len(names) if names else 0
-        for name in names[shift:] + names[:shift]:  # rotate so no contender always runs first
+        # a fresh order each round: a rotation would keep each contender behind the same neighbour,
+        # whose thread pool may still be spinning (OpenMP, ORT) when the next one starts
+        for name in order.sample(names, len(names)):
             if name in failures:
                 continue
             fn = fns[name]
