@@ -58,16 +58,25 @@ def bare_session(deployed: fxdeploy.Deployed, directory: Path) -> Any:
 
 
 def paired(a: Callable[[], Any], b: Callable[[], Any], pairs: int) -> tuple[float, float]:
-    """Median of per-pair ratio a/b and difference a-b (ms), order alternating A B, B A."""
+    """Median of per-pair ratio a/b and difference a-b (ms), order alternating A B, B A.
+
+    Each timed call follows an untimed call of the same callable. Two sessions own two thread
+    pools, and the first call after a switch shares the cores with the other pool's spinning
+    threads; timed back to back, that penalty lands on whichever runs second and biases the pair.
+    """
     ratios, diffs = [], []
+
+    def timed(fn: Callable[[], Any]) -> int:
+        fn()
+        start = time.perf_counter_ns()
+        fn()
+        return time.perf_counter_ns() - start
+
     for i in range(pairs):
-        first, second = (a, b) if i % 2 == 0 else (b, a)
-        t0 = time.perf_counter_ns()
-        first()
-        t1 = time.perf_counter_ns()
-        second()
-        t2 = time.perf_counter_ns()
-        ta, tb = (t1 - t0, t2 - t1) if i % 2 == 0 else (t2 - t1, t1 - t0)
+        if i % 2 == 0:
+            ta, tb = timed(a), timed(b)
+        else:
+            tb, ta = timed(b), timed(a)
         ratios.append(ta / tb)
         diffs.append((ta - tb) / 1e6)
     return statistics.median(ratios), statistics.median(diffs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -93,21 +94,24 @@ DIRECT = {
 def side_by_side(
     rows: dict[str, Run], warmup: float, seconds: float, min_runs: int = 50
 ) -> dict[str, list[float]]:
-    """Warm each row up, then call the rows in turn, one call each per round, rotating the order
-    every round, until every row has run ``seconds`` and ``min_runs`` times. Call i of every row
-    ran at nearly the same moment, so drift in machine load hits every row alike."""
+    """Warm each row up, then call the rows in turn, in a fresh random order every round, until
+    every row has run ``seconds`` and ``min_runs`` times. Call i of every row ran at nearly the
+    same moment, so drift in machine load hits every row alike. Each timed call follows an untimed
+    call of the same row: each engine has its own thread pool, and the first call after a switch
+    shares the cores with the previous engine's still-spinning threads."""
     for run in rows.values():
         end = time.perf_counter() + warmup
         while time.perf_counter() < end:
             run()
     samples: dict[str, list[float]] = {name: [] for name in rows}
-    order = list(rows)
-    while min(sum(s) for s in samples.values()) < seconds * 1e3 or len(samples[order[0]]) < min_runs:
-        for name in order:
+    names = list(rows)
+    shuffle = random.Random(0)
+    while min(sum(s) for s in samples.values()) < seconds * 1e3 or len(samples[names[0]]) < min_runs:
+        for name in shuffle.sample(names, len(names)):
+            rows[name]()
             start = time.perf_counter_ns()
             rows[name]()
             samples[name].append((time.perf_counter_ns() - start) / 1e6)
-        order = order[1:] + order[:1]
     return samples
 
 
