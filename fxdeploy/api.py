@@ -195,6 +195,10 @@ def load(
             settings = Settings.from_dict(manifest["settings"])
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{root / artifact.MANIFEST}: {exc}") from exc
+    if "model.onnx" in manifest["files"]:  # confine its external weights to the artifact's own files
+        from fxdeploy.onnx_files import check_external_data
+
+        check_external_data(root / "model.onnx", set(manifest["files"]) - {"model.onnx"})
     try:
         executor = chosen.load(root, manifest, settings)
     except FxDeployError:

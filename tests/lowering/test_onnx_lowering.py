@@ -93,3 +93,25 @@ def test_tampered_side_file_is_refused_naming_it(tmp_path: Path) -> None:
 def test_negative_threshold_is_refused() -> None:
     with pytest.raises(ValueError, match=r"external_data_mib must be >= 0, got -1"):
         OnnxSettings(external_data_mib=-1)
+
+
+@pytest.mark.parametrize("location", ["../outside.bin", "/etc/hostname", "other.bin"])
+def test_external_data_outside_the_artifact_is_refused(tmp_path: Path, location: str) -> None:
+    """A crafted model.onnx (hash updated) may not read weights from a file the manifest does not list."""
+    import json
+
+    import onnx
+
+    from fxdeploy import artifact
+
+    model, (x,) = models.convnet()
+    path = fxdeploy.lower(model, (x,), settings=_settings(0)).save(tmp_path / "art")
+    proto = onnx.load(str(path / "model.onnx"), load_external_data=False)
+    tensor = next(t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL)
+    next(e for e in tensor.external_data if e.key == "location").value = location
+    (path / "model.onnx").write_bytes(proto.SerializeToString())
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"]["model.onnx"] = artifact.sha256(path / "model.onnx")
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(fxdeploy.ArtifactError, match=rf"reads its data from '{location}', which is not a file"):
+        fxdeploy.load(path)
