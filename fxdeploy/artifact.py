@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from fxdeploy import dims as dims_mod
 from fxdeploy.errors import ArtifactError
 
 SCHEMA_VERSION = 1
@@ -186,6 +187,12 @@ def validate(manifest: Any, where: Path) -> None:
     for spec in manifest["inputs"]:
         if spec["dtype"] not in DTYPE_NAMES:
             raise ArtifactError(f"{where}: input {spec['name']!r} has unknown dtype {reprlib.repr(spec['dtype'])}")
+        for entry in spec["shape"]:
+            if isinstance(entry, str):
+                try:
+                    dims_mod.parse(entry)
+                except ValueError as exc:
+                    raise ArtifactError(f"{where}: input {spec['name']!r}: {exc}") from exc
     _validate_dims(manifest["dims"], where)
     _validate_leaves(manifest, where)
 

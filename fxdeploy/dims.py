@@ -111,6 +111,8 @@ def parse(entry: str) -> tuple[int, str, int]:
     if match is None:
         raise ValueError(f"dim {entry!r} is neither a dim name nor of the form a*name + b")
     a, root, sign, b = match.groups()
+    if a is not None and int(a) == 0:
+        raise ValueError(f"dim {entry!r} multiplies its root by 0")
     return int(a or 1), root, (-1 if sign == "-" else 1) * int(b or 0)
 
 

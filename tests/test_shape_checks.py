@@ -130,3 +130,26 @@ def test_derived_dim_outside_its_range_is_refused(patches, size: int, message: s
     _, deployed = patches
     with pytest.raises(fxdeploy.InputError, match=message):
         deployed(torch.randn(1, 3, size, 64))
+
+
+def test_derived_dims_survive_save_and_load(patches, tmp_path: Path) -> None:
+    model, deployed = patches
+    loaded = fxdeploy.load(deployed.save(tmp_path / "art"))
+    x = torch.randn(2, 3, 96, 128)
+    with torch.no_grad():
+        assert (loaded(x) - model(x)).abs().max() <= 1e-4
+    with pytest.raises(fxdeploy.InputError, match=r"32\*h"):
+        loaded(torch.randn(2, 3, 100, 128))
+
+
+@pytest.mark.parametrize("entry", ["0*h", "h*h", "32 h", "-h"])
+def test_malformed_dim_in_a_manifest_is_refused_on_load(patches, tmp_path: Path, entry: str) -> None:
+    import json
+
+    _, deployed = patches
+    path = deployed.save(tmp_path / "art")
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["inputs"][0]["shape"][2] = entry
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(fxdeploy.ArtifactError, match="input 'x'"):
+        fxdeploy.load(path)
