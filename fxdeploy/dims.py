@@ -140,7 +140,7 @@ def dim_ranges(
             continue  # 32*s39: a derived dim, bounded through its root
         name = names.get(str(symbol), str(symbol))
         lo = int(value_range.lower)
-        hi = _finite_or(value_range.upper, INT_MAX)
+        hi = finite_or(value_range.upper, INT_MAX)
         opt = opts.get(name, observed.get(name, lo))
         result[name] = DimRange(name, lo, hi, opt)
     return result
@@ -155,7 +155,7 @@ def export_dim(entry: str, roots: Mapping[str, Any]) -> Any:
     return dim + b if b else dim
 
 
-def _finite_or(bound: Any, default: int) -> int:
+def finite_or(bound: Any, default: int) -> int:
     """sympy/torch infinities (oo, int_oo) become ``default``; finite bounds are clamped to it."""
     try:
         return min(int(bound), default)

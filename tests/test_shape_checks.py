@@ -153,3 +153,37 @@ def test_malformed_dim_in_a_manifest_is_refused_on_load(patches, tmp_path: Path,
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(fxdeploy.ArtifactError, match="input 'x'"):
         fxdeploy.load(path)
+
+
+def _require_ncnn() -> None:
+    status = fxdeploy.targets()["ncnn"]
+    if not status.available:
+        pytest.skip(f"ncnn: {status.reason}")
+
+
+def test_ncnn_takes_a_dynamic_height_and_width() -> None:
+    """pnnx gets a second input size and keeps H/W symbolic; min, opt and max match eager."""
+    _require_ncnn()
+    model = Resizer().eval()
+    x = torch.randn(2, 3, 32, 48)
+    shapes = {"x": {0: ("batch", 1, 2, 4), 2: ("height", 16, 32, 64), 3: ("width", 16, 48, 96)}}
+    deployed = fxdeploy.lower(model, (x,), target="ncnn", dynamic_shapes=shapes)
+    checks = deployed.manifest["info"]["shape_checks"]
+    assert [c["shapes"][0] for c in checks[1:]] == [[1, 3, 16, 16], [2, 3, 32, 48], [4, 3, 64, 96]]
+    assert all(c["max_abs_error"] <= 1e-3 for c in checks)
+    x = torch.randn(3, 3, 40, 24)
+    with torch.no_grad():
+        want = model(x)
+    got = deployed(x)
+    assert got["small"].shape == want["small"].shape == (3, 8, 20, 12)
+    assert max((got[k] - want[k]).abs().max() for k in want) <= 1e-3
+
+
+def test_ncnn_refuses_a_trace_that_fixed_the_size_and_says_what_to_do(patches) -> None:
+    """Patches reshapes by h // 32 through an aten call, which the tracer records as a constant."""
+    _require_ncnn()
+    model, _ = patches
+    h, w = torch.export.Dim("h", min=2, max=6), torch.export.Dim("w", min=2, max=6)
+    with pytest.raises(fxdeploy.LoweringError, match=r"(?s)target 'ncnn'.*second input size.*only the batch dynamic"):
+        fxdeploy.lower(model, (torch.randn(2, 3, 64, 96),), target="ncnn",
+                       dynamic_shapes={"x": {0: "batch", 2: 32 * h, 3: 32 * w}})

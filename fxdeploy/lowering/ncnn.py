@@ -2,8 +2,10 @@
 
 ncnn blobs have no batch axis: the executor runs the net once per image and stacks the results,
 which is exact for batch-independent models (the verification after lowering runs the example
-batch and would catch a model that mixes images). So the graph may have a dynamic batch (dim 0
-of every input and output) and nothing else dynamic, and the engine part is traced at batch 1.
+batch and would catch a model that mixes images). The engine part is traced at batch 1. Other
+dims (an image's height and width) may be dynamic too: pnnx is then given a second input shape
+(``inputshape2``) so that it keeps those sizes symbolic, and the verification at the min, opt and
+max sizes catches a graph that baked one in.
 After ``host_postprocess_split``, only the head goes to ncnn; the tail is scripted to
 ``host_tail.pt`` and runs on the host with the reference NMS kernel.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import torch
 
+from fxdeploy.dims import finite_or
 from fxdeploy.errors import LoweringError
 from fxdeploy.lowering.torchscript import quiet_jit, script_graph, trace_graph
 from fxdeploy.passes.host_postprocess_split import split_parts
@@ -56,7 +59,7 @@ def lower_ncnn(
                 "(dynamic_shapes={<input>: {0: 'batch'}})"
             ) from exc
         raise
-    _convert(traced, per_image, out_dir, fp16=fp16)
+    _convert(traced, per_image, out_dir, fp16=fp16, second=_second_shapes(head))
     check_layers(out_dir / PARAM)
     _check_blobs(out_dir / PARAM, len(head_inputs), len(head_outputs))
     files = [PARAM, BIN]
@@ -92,7 +95,7 @@ def _batch_symbol(head: torch.fx.GraphModule, names: list[str]) -> str:
             raise LoweringError(
                 f"ncnn: input {name!r} must be float32 (ncnn blobs are float), got {value.dtype}"
             )
-        _check_static_rest(f"input {name!r}", value)
+        _check_rank(f"input {name!r}", value)
         symbols.add(str(value.shape[0]))
     if len(symbols) > 1:
         raise LoweringError(f"ncnn: inputs {names} must share dim 0 (the batch), got sizes {sorted(symbols)}")
@@ -112,31 +115,51 @@ def _head_outputs(head: torch.fx.GraphModule, batch: str, names: list[str] | Non
                 f"ncnn: {label} must have the batch ({batch}) as dim 0, since ncnn runs one image at "
                 f"a time; got shape {_shape(value)}"
             )
-        _check_static_rest(label, value)
+        _check_rank(label, value)
         if value.dtype not in OUTPUT_DTYPES:
             raise LoweringError(f"ncnn: {label} has dtype {value.dtype}; supported: {OUTPUT_DTYPES}")
         specs.append({
             "blob": f"out{k}",
-            "shape": [int(d) for d in value.shape[1:]],
+            "shape": [-1 if isinstance(d, torch.SymInt) else int(d) for d in value.shape[1:]],
             "dtype": str(value.dtype).removeprefix("torch."),
         })
     return specs
 
 
-def _check_static_rest(label: str, value: torch.Tensor) -> None:
-    rest = value.shape[1:]
-    if any(isinstance(d, torch.SymInt) for d in rest):
-        raise LoweringError(
-            f"ncnn: {label} has shape {_shape(value)}; only dim 0 (the batch) may be dynamic on ncnn"
-        )
-    if len(rest) > MAX_RANK:
+def _check_rank(label: str, value: torch.Tensor) -> None:
+    if value.dim() - 1 > MAX_RANK:
         raise LoweringError(
             f"ncnn: {label} has rank {value.dim()}; ncnn holds at most {MAX_RANK} dims per image"
         )
 
 
+def _second_shapes(head: torch.fx.GraphModule) -> list[list[int]] | None:
+    """Per-image input shapes at other sizes of the dynamic non-batch dims, for pnnx's inputshape2;
+    None when only the batch is dynamic. Each such symbol doubles (or grows by one, or shrinks by
+    one) within its range, and every input dim is evaluated at the new values."""
+    values = [n.meta["val"] for n in head.graph.nodes if n.op == "placeholder"]
+    rest = [d for v in values for d in v.shape[1:] if isinstance(d, torch.SymInt)]
+    if not rest:
+        return None
+    env = rest[0].node.shape_env
+    hints = getattr(env, "backed_var_to_val", None)  # torch 2.13's name; var_to_val before it
+    hints = hints if hints is not None else env.var_to_val
+    symbols = {sym for d in rest for sym in d.node.expr.free_symbols}
+    new: dict[Any, int] = {}
+    for sym in symbols:
+        value, bounds = int(hints[sym]), env.var_to_range[sym]
+        upper = finite_or(bounds.upper, 2 * value + 1)
+        choices = [c for c in (2 * value, value + 1, value - 1) if int(bounds.lower) <= c <= upper and c > 0]
+        new[sym] = choices[0] if choices else value
+    return [
+        [1, *(int(d.node.expr.subs(new)) if isinstance(d, torch.SymInt) else int(d) for d in v.shape[1:])]
+        for v in values
+    ]
+
+
 def _convert(
-    traced: torch.jit.ScriptModule, inputs: list[torch.Tensor], out_dir: Path, *, fp16: bool
+    traced: torch.jit.ScriptModule, inputs: list[torch.Tensor], out_dir: Path, *, fp16: bool,
+    second: list[list[int]] | None = None,
 ) -> None:
     """Run the pnnx executable; its by-products (pnnx.param, _pnnx.py, ...) stay in a temp dir."""
     import pnnx
@@ -146,14 +169,25 @@ def _convert(
         with quiet_jit():
             traced.save(str(work / "model.pt"))
         shapes = ",".join("[" + ",".join(str(d) for d in x.shape) + "]f32" for x in inputs)
-        command = [
-            pnnx.EXEC_PATH, str(work / "model.pt"), f"inputshape={shapes}", "device=cpu",
+        command = [pnnx.EXEC_PATH, str(work / "model.pt"), f"inputshape={shapes}"]
+        if second is not None:  # the dims that differ stay symbolic in pnnx's graph
+            command.append("inputshape2=" + ",".join("[" + ",".join(map(str, s)) + "]f32" for s in second))
+        command += [
+            "device=cpu",
             f"fp16={int(fp16)}", f"ncnnparam={work / PARAM}", f"ncnnbin={work / BIN}",
         ]
         result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600)
         if result.returncode != 0 or not (work / PARAM).is_file() or not (work / BIN).is_file():
             log = (result.stdout + result.stderr).strip().splitlines()[-15:]
             custom = _non_aten_ops(traced)
+            if second is not None and not custom:
+                raise LoweringError(
+                    f"ncnn: pnnx failed (exit code {result.returncode}) re-running the traced graph at a second "
+                    f"input size {second} to keep the height/width dynamic:\n  " + "\n  ".join(log)
+                    + "\n  The trace fixed a size there: torch.jit.trace records a size that an aten op computes "
+                    "as a constant. To fix: lower for ncnn with only the batch dynamic "
+                    "(dynamic_shapes={<input>: {0: 'batch'}}), once per input size you serve"
+                )
             suspects = f"op(s) {', '.join(custom)}" if custom else "the op named in pnnx's log above"
             raise LoweringError(
                 f"ncnn: pnnx failed (exit code {result.returncode}) converting the traced graph:\n  "

@@ -88,12 +88,22 @@ def _stack(images: list[np.ndarray]) -> np.ndarray:
 
 
 def _per_image(array: np.ndarray, shape: tuple[int, ...], blob: str) -> np.ndarray:
-    """ncnn drops size-1 dims and the batch axis; the lowering recorded the shape to restore."""
-    if array.size != int(np.prod(shape)):
-        raise RuntimeError(
-            f"ncnn: blob {blob} holds {array.size} values ({array.shape}), expected shape {list(shape)}"
-        )
-    return array.reshape(shape)
+    """ncnn drops size-1 dims and the batch axis; the lowering recorded the shape to restore, with
+    -1 for a dim that follows the input size (taken from the blob, in order)."""
+    if -1 not in shape:
+        if array.size != int(np.prod(shape)):
+            raise RuntimeError(
+                f"ncnn: blob {blob} holds {array.size} values ({array.shape}), expected shape {list(shape)}"
+            )
+        return array.reshape(shape)
+    kept = [d for d in array.shape if d != 1]
+    wanted = [d for d in shape if d != 1]
+    if len(kept) == len(wanted) and all(w in (-1, k) for w, k in zip(wanted, kept, strict=True)):
+        sizes = iter(kept)
+        return array.reshape([1 if d == 1 else next(sizes) for d in shape])
+    if array.ndim == len(shape) and all(w in (-1, a) for w, a in zip(shape, array.shape, strict=True)):
+        return array  # a dynamic dim that happens to be 1 here
+    raise RuntimeError(f"ncnn: blob {blob} has shape {list(array.shape)}, which does not fit {list(shape)}")
 
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "int32": torch.int32,

@@ -25,7 +25,7 @@ import fxdeploy
 from examples.zoo import ZOO, ZooEntry
 from fxdeploy.errors import CaptureError, LoweringError
 from tests.zoo.checks import check_classifier, check_detections
-from tests.zoo.known_failures import HW_CAPTURE_FAILS, KNOWN_FAILURES, NCNN_STATIC_HW
+from tests.zoo.known_failures import HW_CAPTURE_FAILS, KNOWN_FAILURES, NCNN_FIXED_HW
 
 TARGETS = list(fxdeploy.targets())
 TOLERANCE = {"ncnn": 1e-3}
@@ -48,8 +48,8 @@ def _cases() -> Iterator[Any]:
                 elif (name, target) in KNOWN_FAILURES:
                     reason, raises = KNOWN_FAILURES[name, target]
                     marks.append(pytest.mark.xfail(reason=reason, raises=raises, strict=True))
-                elif check == "resolution" and target == "ncnn":
-                    marks.append(pytest.mark.xfail(reason=NCNN_STATIC_HW, raises=LoweringError, strict=True))
+                elif check == "resolution" and target == "ncnn" and name in NCNN_FIXED_HW:
+                    marks.append(pytest.mark.xfail(reason=NCNN_FIXED_HW[name], raises=LoweringError, strict=True))
                 yield pytest.param(name, target, check, marks=marks, id=f"{name}-{target}-{check}")
 
 
@@ -132,7 +132,7 @@ def check(name: str, model: nn.Module, deployed: fxdeploy.Deployed, x: torch.Ten
 @pytest.mark.parametrize(("name", "target", "check_kind"), list(_cases()))
 def test_zoo_matches_eager(lowered, name: str, target: str, check_kind: str) -> None:
     require(target)
-    dynamic_hw = has_dynamic_hw(name) and (target != "ncnn" or check_kind == "resolution")
+    dynamic_hw = has_dynamic_hw(name) and not (target == "ncnn" and name in NCNN_FIXED_HW and check_kind == "batch")
     if check_kind == "resolution" and name in HW_CAPTURE_FAILS:
         pytest.xfail(f"{name} lowers with a static H/W only: {HW_CAPTURE_FAILS[name]}")
     model, example, deployed = lowered(name, target, dynamic_hw)
