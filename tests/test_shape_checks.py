@@ -179,11 +179,31 @@ def test_ncnn_takes_a_dynamic_height_and_width() -> None:
     assert max((got[k] - want[k]).abs().max() for k in want) <= 1e-3
 
 
-def test_ncnn_refuses_a_trace_that_fixed_the_size_and_says_what_to_do(patches) -> None:
-    """Patches reshapes by h // 32 through an aten call, which the tracer records as a constant."""
+class Sliced(torch.nn.Module):
+    """Adds a position table cut to the input size: an aten.slice by a symbolic size, which the
+    tracer records as a constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(1, 3, 256, 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.table[:, :, : x.shape[2], : x.shape[3]]
+
+
+def test_ncnn_refuses_a_trace_that_fixed_the_size_and_says_what_to_do() -> None:
+    _require_ncnn()
+    shapes = {"x": {0: "batch", 2: ("height", 32, 128), 3: ("width", 32, 128)}}
+    with pytest.raises(fxdeploy.LoweringError, match=r"(?s)target 'ncnn'.*second input size.*only the batch dynamic"):
+        fxdeploy.lower(Sliced().eval(), (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
+
+
+def test_ncnn_names_what_it_cannot_hold_in_a_dynamic_graph(patches) -> None:
+    """Patches reshapes to rank 6 with sizes computed from H and W: pnnx keeps the dynamic reshape,
+    which ncnn (at most 4 dims per image) cannot run; lower() names the layers."""
     _require_ncnn()
     model, _ = patches
     h, w = torch.export.Dim("h", min=2, max=6), torch.export.Dim("w", min=2, max=6)
-    with pytest.raises(fxdeploy.LoweringError, match=r"(?s)target 'ncnn'.*second input size.*only the batch dynamic"):
+    with pytest.raises(fxdeploy.LoweringError, match=r"target 'ncnn'.*pnnx left op\(s\).*Tensor\.reshape"):
         fxdeploy.lower(model, (torch.randn(2, 3, 64, 96),), target="ncnn",
                        dynamic_shapes={"x": {0: "batch", 2: 32 * h, 3: 32 * w}})

@@ -59,8 +59,9 @@ def lower_ncnn(
                 "(dynamic_shapes={<input>: {0: 'batch'}})"
             ) from exc
         raise
-    _convert(traced, per_image, out_dir, fp16=fp16, second=_second_shapes(head))
-    check_layers(out_dir / PARAM)
+    second = _second_shapes(head)
+    _convert(traced, per_image, out_dir, fp16=fp16, second=second)
+    check_layers(out_dir / PARAM, dynamic_sizes=second is not None)
     _check_blobs(out_dir / PARAM, len(head_inputs), len(head_outputs))
     files = [PARAM, BIN]
     info: dict[str, Any] = {
@@ -205,16 +206,20 @@ def _non_aten_ops(traced: torch.jit.ScriptModule) -> list[str]:
     return sorted(k for k in kinds if k.split("::", 1)[0] not in ("aten", "prim", "quantized"))
 
 
-def check_layers(param: Path) -> None:
+def check_layers(param: Path, *, dynamic_sizes: bool = False) -> None:
     """pnnx writes ops it cannot convert under their torch names; ncnn cannot create those."""
     lines = param.read_text().splitlines()[2:]
     types = {line.split()[0]: line.split()[1] for line in reversed(lines) if line.strip()}
     unknown = {t: n for t, n in types.items() if not _ncnn_has(t)}
     if unknown:
         listed = ", ".join(f"{t} (layer {n})" for t, n in sorted(unknown.items()))
+        static = (
+            "; or lower for ncnn with only the batch dynamic (dynamic_shapes={<input>: {0: 'batch'}}), since "
+            "sizes computed from a dynamic height/width often leave such ops" if dynamic_sizes else ""
+        )
         raise LoweringError(
             f"ncnn: pnnx left op(s) that ncnn cannot run: {listed}. Replace them before capture "
-            "with @fxdeploy.substitute, or use another target"
+            f"with @fxdeploy.substitute, or use another target{static}"
         )
 
 

@@ -19,14 +19,17 @@ KNOWN_FAILURES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
 """(model, target) -> (reason, the exception lowering raises)."""
 
 NCNN_FIXED_HW: dict[str, str] = {
-    name: (
-        "fxdeploy's ncnn lowering hands pnnx a torch.jit.trace of the passed graph, and the tracer records a size "
-        "computed by an aten op call (the position embeddings resized to the input; DETR's backbone mask too) as a "
-        "constant; pnnx then fails re-running the trace at a second input size (inputshape2), so lower() raises "
-        "LoweringError with that advice. On ncnn this model gets a dynamic batch at one H/W. Needs the ncnn "
-        "lowering to emit size arithmetic the tracer follows (Tensor.size and torch.* calls, not aten overloads)"
-    )
-    for name in ("detr_small", "yolos_small")
+    "detr_small": (
+        "with a dynamic H/W, DETR computes its sine position embedding and pixel mask from the input size at run "
+        "time; pnnx keeps those ops dynamic and ncnn has no layer for them (torch.arange, torch.ones, torch.where, "
+        "torch.ge, Tensor.index/slice/expand/to, pnnx.Expression), so lower() raises LoweringError at "
+        "check_layers, advising a batch-only lowering. On ncnn this model gets a dynamic batch at one H/W"
+    ),
+    "yolos_small": (
+        "with a dynamic H/W, pnnx keeps a torch.unbind (Tensor.select) that it folds away at a static size, and "
+        "ncnn has no layer for it, so lower() raises LoweringError at check_layers, advising a batch-only lowering. "
+        "On ncnn this model gets a dynamic batch at one H/W"
+    ),
 }
 """Models whose H/W stays static on ncnn (every other target takes it dynamic)."""
 
