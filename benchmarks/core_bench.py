@@ -25,7 +25,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 import fxdeploy  # noqa: E402
 from fxdeploy.bench.isolated import run_isolated  # noqa: E402
 from fxdeploy.bench.schema import machine_info  # noqa: E402
-from fxdeploy.bench.timing import Budget, measure_interleaved, summarize  # noqa: E402
+from fxdeploy.bench.timing import Budget, measure_interleaved, summarize, timed_after_warm_call  # noqa: E402
 
 THREADS = 2
 SPEC = "examples/models.py:resnet50"
@@ -60,18 +59,11 @@ def bare_session(deployed: fxdeploy.Deployed, directory: Path) -> Any:
 def paired(a: Callable[[], Any], b: Callable[[], Any], pairs: int) -> tuple[float, float]:
     """Median of per-pair ratio a/b and difference a-b (ms), order alternating A B, B A.
 
-    Each timed call follows an untimed call of the same callable. Two sessions own two thread
-    pools, and the first call after a switch shares the cores with the other pool's spinning
-    threads; timed back to back, that penalty lands on whichever runs second and biases the pair.
+    Each timed call follows an untimed call of the same callable (``timed_after_warm_call``):
+    timed back to back, the switch penalty would land on whichever runs second and bias the pair.
     """
     ratios, diffs = [], []
-
-    def timed(fn: Callable[[], Any]) -> int:
-        fn()
-        start = time.perf_counter_ns()
-        fn()
-        return time.perf_counter_ns() - start
-
+    timed = timed_after_warm_call
     for i in range(pairs):
         if i % 2 == 0:
             ta, tb = timed(a), timed(b)

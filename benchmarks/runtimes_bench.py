@@ -31,6 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import fxdeploy  # noqa: E402
 from examples.models import resnet50  # noqa: E402
+from fxdeploy.bench.timing import timed_after_warm_call  # noqa: E402
 from fxdeploy.runtime.ncnn import configure as configure_ncnn  # noqa: E402
 from fxdeploy.runtime.openvino import compile_config  # noqa: E402
 
@@ -97,8 +98,7 @@ def side_by_side(
     """Warm each row up, then call the rows in turn, in a fresh random order every round, until
     every row has run ``seconds`` and ``min_runs`` times. Call i of every row ran at nearly the
     same moment, so drift in machine load hits every row alike. Each timed call follows an untimed
-    call of the same row: each engine has its own thread pool, and the first call after a switch
-    shares the cores with the previous engine's still-spinning threads."""
+    call of the same row (``timed_after_warm_call``)."""
     for run in rows.values():
         end = time.perf_counter() + warmup
         while time.perf_counter() < end:
@@ -108,10 +108,7 @@ def side_by_side(
     shuffle = random.Random(0)
     while min(sum(s) for s in samples.values()) < seconds * 1e3 or len(samples[names[0]]) < min_runs:
         for name in shuffle.sample(names, len(names)):
-            rows[name]()
-            start = time.perf_counter_ns()
-            rows[name]()
-            samples[name].append((time.perf_counter_ns() - start) / 1e6)
+            samples[name].append(timed_after_warm_call(rows[name]) / 1e6)
     return samples
 
 

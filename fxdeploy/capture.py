@@ -159,7 +159,7 @@ def _flatten(
     fakes = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
     user_fakes = [fakes[name] for name in user_inputs]
     symbol_names = _symbol_names(user_fakes)
-    shapes = [dims_mod.symbolic_dims(x, f, symbol_names) for x, f in zip(flat_inputs, user_fakes, strict=True)]
+    shapes = [dims_mod.symbolic_dims(fake, symbol_names) for fake in user_fakes]
     observed = _observed_sizes(shapes, flat_inputs)
     dims = dims_mod.dim_ranges(ep.range_constraints, symbol_names, opts, observed)
     export_dims = {name: torch.export.Dim(name, min=r.min, max=r.max) for name, r in dims.items()}

@@ -22,6 +22,15 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, np.ndarray)
 
 
+def _keyword_names(input_tree: Any) -> list[str]:
+    """The keyword inputs' names at capture, from the manifest's ``(args, kwargs)`` input tree."""
+    children = input_tree.get("children") if isinstance(input_tree, dict) else None
+    if not (isinstance(children, list) and len(children) == 2 and isinstance(children[1], dict)):
+        return []
+    keys = children[1].get("keys") if children[1].get("kind") == "dict" else None
+    return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
+
+
 class Deployed:
     """A lowered model. ``dep(*inputs)`` returns the model's structure; ``execute`` is dict to dict."""
 
@@ -48,6 +57,7 @@ class Deployed:
         self._inputs = [(i["name"], DTYPES[i["dtype"]], i["shape"]) for i in manifest["inputs"]]
         self._names = [name for name, _, _ in self._inputs]
         self._dims = manifest["dims"]
+        self._captured_keywords = _keyword_names(manifest.get("input_tree"))
         self._leaves = manifest["output_leaves"]
         plain = all(leaf["kind"] == "tensor" and "trim" not in leaf for leaf in self._leaves)
         self._plain_leaves = [leaf["name"] for leaf in self._leaves] if plain else None
@@ -82,8 +92,7 @@ class Deployed:
         rest = self._names[len(head):]
         if set(kwargs) == set(rest) and all(_is_array(v) or isinstance(v, torch.Tensor) for v in kwargs.values()):
             return [*head, *(kwargs[name] for name in rest)]
-        tree = self.manifest.get("input_tree", {}).get("children", [])
-        captured = tree[1].get("keys", []) if len(tree) == 2 and tree[1].get("kind") == "dict" else []
+        captured = self._captured_keywords
         if set(kwargs) == set(captured):  # nested keyword inputs: flatten in the captured key order
             return [*head, *pytree.tree_leaves([kwargs[k] for k in captured], is_leaf=_is_array)]
         raise InputError(

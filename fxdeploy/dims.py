@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Mapping, Sequence
@@ -92,7 +93,7 @@ def to_export_dynamic_shapes(
     ), opts
 
 
-def symbolic_dims(example: torch.Tensor | Any, fake: Any, names: dict[str, str]) -> list[int | str]:
+def symbolic_dims(fake: Any, names: dict[str, str]) -> list[int | str]:
     """Shape of one input as the manifest writes it: ints, a dynamic dim's name (``batch``), or
     a dim derived from one (``32*h``, ``2*h + 1``: torch.export's ``32 * Dim("h")``)."""
     if not isinstance(fake, torch.Tensor):
@@ -105,6 +106,7 @@ def expression(size: torch.SymInt, names: dict[str, str]) -> str:
     return _SYMBOL.sub(lambda m: names.get(m.group(0), m.group(0)), str(size.node.expr))
 
 
+@functools.cache
 def parse(entry: str) -> tuple[int, str, int]:
     """A manifest dim as (a, root, b), meaning ``a * root + b``: 'h' is (1, 'h', 0), '32*h' is (32, 'h', 0)."""
     match = _DERIVED.match(entry.replace(" ", ""))

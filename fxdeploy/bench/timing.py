@@ -60,6 +60,18 @@ def run_until(fn: Callable[[], Any], min_s: float, min_runs: int, samples: list[
     return runs
 
 
+def timed_after_warm_call(fn: Callable[[], Any]) -> int:
+    """Nanoseconds of one call of ``fn``, made right after an untimed one.
+
+    Where contenders alternate call by call, each engine owns its own thread pool, and the first
+    call after a switch shares the cores with the previous engine's still-spinning threads.
+    """
+    fn()
+    start = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - start
+
+
 def measure(fn: Callable[[], Any], budget: Budget) -> list[float]:
     """Warm up, then measure one callable; returns the latency samples in milliseconds."""
     return measure_interleaved({"fn": fn}, budget)[0]["fn"]

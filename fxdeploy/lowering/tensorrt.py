@@ -89,9 +89,9 @@ def _onnx_digest(onnx_path: Path) -> bytes:
     return digest.digest()
 
 
-def cache_key(onnx_bytes: bytes, profile: Profile, settings: Settings, trt_version: str) -> str:
+def cache_key(onnx_digest: bytes, profile: Profile, settings: Settings, trt_version: str) -> str:
     """An engine is only valid for the same ONNX, build settings, TensorRT version and GPU."""
-    digest = hashlib.sha256(onnx_bytes)
+    digest = hashlib.sha256(onnx_digest)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no-gpu"
     build = {"precision": settings.precision, "tensorrt": dataclasses.asdict(settings.tensorrt)}
     build["tensorrt"].pop("engine_cache_dir")  # where the cache lives does not change the engine
