@@ -62,6 +62,9 @@ class Deployed:
         plain = all(leaf["kind"] == "tensor" and "trim" not in leaf for leaf in self._leaves)
         self._plain_leaves = [leaf["name"] for leaf in self._leaves] if plain else None
         self._lock = None if executor.thread_safe else threading.Lock()
+        self._accepted: tuple[torch.Size, ...] | None = None
+        """The input shapes of the last call that passed every check: the same shapes again need no
+        dim arithmetic, only the per-call facts (type, dtype, device, layout, grad, contiguity)."""
 
     @property
     def target(self) -> str:
@@ -129,10 +132,16 @@ class Deployed:
             return self.executor.execute(feeds)
 
     def _feeds(self, values: list[Any]) -> dict[str, torch.Tensor]:
+        accepted = self._accepted
+        if accepted is not None:
+            feeds = _ready(self._inputs, accepted, values)
+            if feeds is not None:
+                return feeds
         seen: dict[str, tuple[int, str]] = {}
-        feeds: dict[str, torch.Tensor] = {}
+        feeds = {}
         for (name, dtype, shape), value in zip(self._inputs, values, strict=True):
             feeds[name] = self._check(name, dtype, shape, value, seen)
+        self._accepted = tuple(v.shape for v in feeds.values())
         return feeds
 
     def _check(
@@ -227,6 +236,23 @@ class Deployed:
     def __repr__(self) -> str:
         inputs = ", ".join(f"{n}: {_dt(d)}{_fmt(s)}" for n, d, s in self._inputs)
         return f"Deployed(target={self.target!r}, inputs=[{inputs}], outputs={self.output_names})"
+
+
+def _ready(
+    inputs: list[tuple[str, torch.dtype, list[int | str]]], shapes: tuple[torch.Size, ...], values: list[Any]
+) -> dict[str, torch.Tensor] | None:
+    """The feeds when every value is a dense CPU tensor the engine can take as it is, with the
+    expected dtype and an accepted shape; otherwise None, and ``_check`` decides (and explains)."""
+    feeds = {}
+    for (name, dtype, _), shape, value in zip(inputs, shapes, values, strict=True):
+        if not (
+            type(value) is torch.Tensor and value.dtype is dtype and value.shape == shape
+            and value.device.type == "cpu" and value.layout is torch.strided
+            and not value.requires_grad and value.is_contiguous()
+        ):
+            return None
+        feeds[name] = value
+    return feeds
 
 
 def _from_numpy(name: str, dtype: torch.dtype, array: np.ndarray) -> torch.Tensor:

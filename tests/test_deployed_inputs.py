@@ -75,3 +75,22 @@ def test_unknown_keyword_input_is_named(two_inputs) -> None:
     deployed, image, scale = two_inputs
     with pytest.raises(fxdeploy.InputError, match=r"keyword inputs \['factor'\] do not match .* expects \['scale'\]"):
         deployed(image, factor=scale)
+
+
+def test_checks_still_run_after_a_good_call_with_the_same_shape(deployed) -> None:
+    """A repeated shape skips only the dim arithmetic: every per-call fact is still checked."""
+    model, _ = models.convnet()
+    good = torch.randn(2, 3, 64, 64)
+    deployed(good)
+    assert deployed._accepted == (good.shape,)
+    with pytest.raises(fxdeploy.InputError, match="expected dtype float32, got float64"):
+        deployed(good.double())
+    with pytest.raises(fxdeploy.InputError, match="expected a dense tensor with data, got a meta tensor"):
+        deployed(good.to("meta"))
+    with pytest.raises(fxdeploy.InputError, match=r"dim 0 \(batch\) must be in \[1, 4\], got 5"):
+        deployed(torch.randn(5, 3, 64, 64))
+    # converted, not refused: a non-contiguous view, a tensor that requires grad, a numpy array
+    view = torch.randn(2, 64, 64, 3).permute(0, 3, 1, 2)
+    for value in (view, good.clone().requires_grad_(), good.numpy()):
+        want = model(torch.as_tensor(value).detach())
+        assert (deployed(value) - want).abs().max().item() <= 1e-4

@@ -23,7 +23,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # exporters colour their messages; JSON a
 @dataclass
 class Row:
     """One contender. ``fn`` runs it once on the shared inputs; ``adapt`` turns its raw result into
-    the model's output structure for the parity check (outside the timed region)."""
+    the model's output structure. Both are timed (``timed_call``): every row delivers what eager does."""
 
     name: str
     kind: str
@@ -142,3 +142,11 @@ def _rss_mb() -> float | None:
 
 def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def timed_call(row: Row) -> Callable[[], Any]:
+    """What is timed for ``row``: from the inputs to the model's output structure."""
+    fn, adapt = row.fn, row.adapt
+    if fn is None:
+        raise ValueError(f"row {row.name!r} has no callable (status {row.status!r})")
+    return fn if adapt is None else lambda: adapt(fn())

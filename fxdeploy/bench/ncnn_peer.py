@@ -22,7 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy.bench.context import BenchContext, Row
-from fxdeploy.bench.peers import unflatten
+from fxdeploy.bench.peers import unflattener
 from fxdeploy.bench.rows import first_line
 
 
@@ -61,9 +61,10 @@ def ncnn_peer_row(ctx: BenchContext, reference: Any) -> Row:
     contiguous = [x.contiguous() for x in tensors]
     row.artifact_bytes = param.stat().st_size + weights.stat().st_size
     row.fn = lambda: _run_ncnn(ncnn, net, [x.numpy() for x in contiguous], len(leaves))
-    row.adapt = lambda raw: unflatten(
-        [torch.from_numpy(np.stack([img[k] for img in raw]).reshape(leaf.shape)) for k, leaf in enumerate(leaves)],
-        reference,
+    rebuild = unflattener(reference)
+    shapes = [leaf.shape for leaf in leaves]
+    row.adapt = lambda raw: rebuild(
+        [torch.from_numpy(np.stack([img[k] for img in raw]).reshape(shape)) for k, shape in enumerate(shapes)]
     )
     return row
 

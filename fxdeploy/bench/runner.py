@@ -16,7 +16,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.bench import ncnn_peer, rows
 from fxdeploy.bench import peers as peer_rows
-from fxdeploy.bench.context import BenchContext, Row
+from fxdeploy.bench.context import BenchContext, Row, timed_call
 from fxdeploy.bench.progress import Progress
 from fxdeploy.bench.schema import SCHEMA_VERSION, machine_info
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, summarize
@@ -81,7 +81,7 @@ def run_benchmark(
         reference = reference_outputs(model, args)
         tol = tolerances or Tolerances()
         built = [_build(name, kind, builder, ctx, reference, tol, bar) for name, kind, builder in builders]
-        timed = {row.name: row.fn for row, _ in built if row.fn is not None}
+        timed = {row.name: timed_call(row) for row, _ in built if row.fn is not None}
         bar.total = bar.done + len(timed) + rounds  # rows that failed to build are not warmed up
         samples, failures = measure_interleaved(timed, budget, on_step=bar.step)
         bar.close()
@@ -112,8 +112,7 @@ def _build(
     if row.fn is None:
         return row, parity
     try:
-        raw = row.fn()
-        got = row.adapt(raw) if row.adapt else raw
+        got = timed_call(row)()  # the parity check sees exactly what is timed
         results = compare_outputs(reference, got, tol)
     except Exception as exc:  # noqa: BLE001
         row.failed(f"running once for the parity check failed: {rows.first_line(exc)}")

@@ -94,6 +94,21 @@ CONFIGS: dict[str, tuple[int, bool, dict[str, Any]]] = {
         False,
         dict(iou_threshold=1.0, score_threshold=0.5, max_output_boxes_per_class=6, keep_top_k=4),
     ),
+    # iou_threshold 1 with an uncapped class: the lowering ranks with one TopK, no NonMaxSuppression
+    "iou_one_per_class_pre_top_k": (
+        3,
+        True,
+        dict(
+            iou_threshold=1.0, score_threshold=0.3, max_output_boxes_per_class=5, keep_top_k=5,
+            pre_top_k=4, background_label_id=2,
+        ),
+    ),
+    # iou_threshold 1 where the cap may bind: the lowering keeps its NonMaxSuppression
+    "iou_one_capped_agnostic": (
+        2,
+        False,
+        dict(iou_threshold=1.0, score_threshold=0.1, max_output_boxes_per_class=2, keep_top_k=5, class_agnostic=True),
+    ),
 }
 
 

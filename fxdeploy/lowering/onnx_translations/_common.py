@@ -72,3 +72,20 @@ def pre_top_k_boxes(scores: Any, pre_top_k: int, num_boxes: Any) -> Any:
     _, top = op.TopK(best, k, axis=1, largest=1, sorted=1)
     ordered, _ = op.TopK(op.Neg(top), k, axis=1, largest=1, sorted=1)
     return op.Neg(ordered)
+
+
+def padded_outputs(
+    filled: Any, boxes: Any, box_row: Any, scores: Any, labels: Any, index: Any
+) -> tuple[Any, Any, Any, Any, Any]:
+    """Spec step 5 for the K output rows of each image: where ``filled`` is False, boxes 0, score 0,
+    label -1 and index -1. ``boxes`` [R, 4] float32 are gathered at ``box_row`` [B, K], from an
+    appended zero row for the padding rows (row -1)."""
+    source = op.Concat(boxes, const(np.zeros((1, 4)), np.float32), axis=0)
+    minus_one = const(-1)
+    return (
+        op.Gather(source, op.Where(filled, box_row, minus_one), axis=0),
+        op.Where(filled, scores, const(0.0, np.float32)),
+        op.Where(filled, labels, minus_one),
+        op.ReduceSum(op.Cast(filled, to=TensorProto.INT64), const([1]), keepdims=0),
+        op.Where(filled, index, minus_one),
+    )

@@ -12,6 +12,9 @@ Runtimes emit (batch, class, visiting order), which is the spec's (class, then b
 Class-agnostic NMS visits pairs box-major, so there the list is re-sorted to class-major first;
 it holds at most B * max_output_boxes_per_class triples. Otherwise NonMaxSuppression keeps at
 most keep_top_k boxes per class (``effective_cap``), which cannot change the K output rows.
+
+Where NMS cannot suppress anything (iou_threshold >= 1, the cap not binding), there is no
+NonMaxSuppression node at all: ``threshold_only`` ranks the candidates with one TopK.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from onnx import TensorProto
 from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT64
 from onnxscript import opset18 as op
 
+from fxdeploy.lowering.onnx_translations import threshold_only
 from fxdeploy.lowering.onnx_translations._common import (
     NEG_INF,
     const,
     dim,
+    padded_outputs,
     pre_top_k_boxes,
     rank,
     static_dim,
@@ -149,16 +154,7 @@ def _top_k_per_image(
     filled = op.Greater(top_scores, neg_inf)
     winners = op.Gather(op.Concat(table, const(np.full((keep_top_k, 3), -1)), axis=0), position, axis=0)
     label, index, box_row = (op.Squeeze(c, const([2])) for c in op.Split(winners, axis=2, num_outputs=3))
-    source = op.Concat(boxes, const(np.zeros((1, 4)), np.float32), axis=0)
-    det_boxes = op.Gather(source, op.Where(filled, box_row, const(-1)), axis=0)
-    minus_one = const(-1)
-    return (
-        det_boxes,
-        op.Where(filled, top_scores, const(0.0, np.float32)),
-        op.Where(filled, label, minus_one),
-        op.ReduceSum(op.Cast(filled, to=TensorProto.INT64), const([1]), keepdims=0),
-        op.Where(filled, index, minus_one),
-    )
+    return padded_outputs(filled, boxes, box_row, top_scores, label, index)
 
 
 def multiclass_nms_standard(
@@ -175,6 +171,13 @@ def multiclass_nms_standard(
     per_class = rank(boxes) == 4
     batch, num_classes = dim(scores, 0), dim(scores, 2)
     s, b, num_boxes, chosen = _candidates(scores, boxes, pre_top_k, background_label_id)
+    if threshold_only.applies(
+        iou_threshold, max_output_boxes_per_class, keep_top_k, class_agnostic, scores, pre_top_k
+    ):
+        det_boxes, det_scores, det_labels, num_dets, det_index = threshold_only.threshold_and_rank(
+            s, b, num_boxes, chosen, batch, num_classes, score_threshold, keep_top_k, per_class
+        )
+        return op.CastLike(det_boxes, boxes), op.CastLike(det_scores, scores), det_labels, num_dets, det_index
     single = static_dim(scores, 2) == 1
     sizes = (batch, num_boxes, num_classes)
     nms_boxes, nms_scores = _nms_layout(b, s, sizes, agnostic=class_agnostic, per_class=per_class, single=single)
@@ -218,8 +221,9 @@ def multiclass_nms_openvino(
 
     OpenVINO's NonMaxSuppression suppresses at IoU >= t where the contract (and ONNX) suppress
     only at IoU > t. Below 1, no float32 IoU lies strictly between t and the next float32 up, so
-    OpenVINO then makes exactly the contract's decisions. At t = 1 nothing can be done (ONNX
-    forbids thresholds above 1); only identical boxes are affected.
+    OpenVINO then makes exactly the contract's decisions. At t = 1, where no NonMaxSuppression
+    node could, the graph has none (``threshold_only``), unless a class-agnostic cap may bind;
+    then only identical boxes are affected.
     """
     threshold = float(iou_threshold)
     if 0.0 < threshold < 1.0:
