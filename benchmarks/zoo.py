@@ -7,7 +7,7 @@ substitutions), builds eager, inductor and the peers a user would pick instead (
 checks each against eager and times them interleaved (PERF.md: warm-up >= 1 s, then >= 3 s and
 >= 50 runs, pinned threads). Ratios are only taken within one model's run.
 
-    .venv/bin/python benchmarks/zoo.py [--models resnet50,detr_small] [--batch 1] [--threads 2]
+    .venv/bin/python benchmarks/zoo.py [--models resnet50,detr_small] [--batch 1] [--threads 2] [--rounds 30]
 
 Writes one JSON document per model to benchmarks/results/zoo/ and the "## Model zoo" section of
 benchmarks/README.md (``--no-readme`` skips it; ``--from-json`` re-reports saved documents).
@@ -33,17 +33,21 @@ from tests.zoo.known_failures import known_failure_lines  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "zoo"
 README = ROOT / "benchmarks" / "README.md"
 HEADING = "## Model zoo"
+ROUNDS = 30
+"""Each row's 3 s of timing in 30 slices (about 0.1 s), contenders in a fresh order per round: this
+machine's load changes over seconds, and coarse rounds let one row catch a busy phase the others
+missed (vit_small's two identical ORT graphs came out 1.12x apart with 5 rounds)."""
 CNNS = ("resnet50", "resnet_small")
 """PERF.md's "best target >= 2x faster than eager" bar applies to the zoo's CNNs."""
 
 
-def bench_model(name: str, batch: int, threads: int) -> dict[str, Any]:
+def bench_model(name: str, batch: int, threads: int, rounds: int) -> dict[str, Any]:
     from fxdeploy.bench import run_benchmark
 
     entry = ZOO[name]
     model, inputs = entry.factory()
     return run_benchmark(
-        model, inputs, batch=batch, threads=threads, model_name=name,
+        model, inputs, batch=batch, threads=threads, rounds=rounds, model_name=name,
         model_spec=f"{ROOT / 'examples' / 'zoo.py'}:{entry.factory.__name__}",
         substitutions=entry.substitutions, progress=False,
     )
@@ -141,8 +145,10 @@ def readme_section(documents: list[dict[str, Any]], command: str, detections: di
         "every available target, against eager PyTorch, inductor and the peers, side by side in one run "
         f"per model. Single machine, {machine['cores']}-core CPU ({machine['cpu']}), {machine['threads']} "
         f"threads for every row, batch {documents[0]['batch']}; ratios are only meaningful within one model's "
-        "rows. Parity is against eager (atol 1e-4 + rtol 1e-3; detections paired by label and IoU >= 0.99, "
-        "score atol 1e-4), max abs error in brackets. Regenerate with:", "",
+        "rows. Every row is timed from the model's torch tensors to the model's own output structure (the ORT "
+        "and ncnn peers' times include rebuilding it from their arrays; OpenVINO's torch.compile and fxdeploy "
+        "return it themselves). Parity is against eager (atol 1e-4 + rtol 1e-3; detections paired by label and "
+        "IoU >= 0.99, score atol 1e-4), max abs error in brackets. Regenerate with:", "",
         f"    {command}", "",
         "| model | row | parity | median ms | x eager | x best peer |",
         "|---|---|---|---:|---:|---:|",
@@ -184,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS,
+        help="interleaved measurement rounds (the same total time, split finer)",
+    )
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite benchmarks/README.md")
     parser.add_argument("--from-json", action="store_true", help="re-report benchmarks/results/zoo/*.json")
     args = parser.parse_args(argv)
@@ -199,11 +209,12 @@ def main(argv: list[str] | None = None) -> int:
             documents.append(json.loads(path.read_text()))
             continue
         print(f"== {name}", flush=True)
-        documents.append(bench_model(name, args.batch, args.threads))
+        documents.append(bench_model(name, args.batch, args.threads, args.rounds))
         path.write_text(json.dumps(documents[-1], indent=2))
     options = [f"--models {args.models}"] if names != list(ZOO) else []
     options += [f"--batch {args.batch}"] if args.batch != 1 else []
     options += [f"--threads {args.threads}"] if args.threads != 2 else []
+    options += [f"--rounds {args.rounds}"] if args.rounds != ROUNDS else []
     detections = {n: detections_at(n, args.batch) for n in names if ZOO[n].kind == "detector"}
     section = readme_section(documents, " ".join([".venv/bin/python benchmarks/zoo.py", *options]), detections)
     print(section)
