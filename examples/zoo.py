@@ -88,26 +88,23 @@ def _threshold_in_query_order(probs: torch.Tensor, boxes: torch.Tensor, threshol
     ``probs`` [B, Q, C + 1] still holds the "no object" column, which never wins. multiclass_nms
     with one class and iou_threshold=1.0 suppresses nothing: it applies the strict threshold and
     pads (and on ncnn marks where the host-side tail starts). Its rows come by descending score,
-    so they are put back in query order, and labels are taken after NMS (argmax of the kept rows,
-    the first maximum as eager's ``max``), which keeps integer ops out of the engine part. Rows are
-    gathered from the full-width tensor and sliced after: OpenVINO's CPU plugin (2026.4) drops a
-    Slice that feeds GatherElements and then rejects the graph.
+    so they are put back in query order (its padding rows, zero and index -1, sort last), and
+    labels are taken after NMS (argmax of the kept rows, the first maximum as eager's ``max``),
+    which keeps integer ops out of the engine part. Rows are gathered from the full-width tensor
+    and sliced after: OpenVINO's CPU plugin (2026.4) drops a Slice that feeds GatherElements and
+    then rejects the graph.
     """
     queries = probs.shape[1]
     best = probs[..., :-1].amax(-1, keepdim=True)
-    _, _, _, counts, index = fxdeploy.ops.multiclass_nms(
+    det_boxes, det_scores, _, counts, index = fxdeploy.ops.multiclass_nms(
         boxes, best, iou_threshold=1.0, score_threshold=threshold,
         max_output_boxes_per_class=queries, keep_top_k=queries, output_index=True,
     )
     order = torch.where(index >= 0, index, queries).sort(dim=1).indices
     index = index.gather(1, order)
-    kept = index >= 0
-    safe = index.clamp(min=0)
-    rows = probs.gather(1, safe.unsqueeze(-1).expand(-1, -1, probs.shape[-1]))[..., :-1]
-    scores = torch.where(kept, best.squeeze(-1).gather(1, safe), torch.zeros_like(safe, dtype=probs.dtype))
-    labels = torch.where(kept, rows.argmax(-1), torch.full_like(safe, -1))
-    picked = boxes.gather(1, safe.unsqueeze(-1).expand(-1, -1, 4))
-    return torch.where(kept.unsqueeze(-1), picked, torch.zeros_like(picked)), scores, labels, counts
+    rows = probs.gather(1, index.clamp(min=0).unsqueeze(-1).expand(-1, -1, probs.shape[-1]))[..., :-1]
+    labels = torch.where(index >= 0, rows.argmax(-1), -1)
+    return det_boxes.gather(1, order.unsqueeze(-1).expand(-1, -1, 4)), det_scores.gather(1, order), labels, counts
 
 
 def detr_postprocess(self: Any, outputs: Any, threshold: float = 0.5, target_sizes: Any = None) -> Padded:

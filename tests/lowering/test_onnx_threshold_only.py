@@ -62,15 +62,20 @@ def _tied_grid(batch: int, num_boxes: int, num_classes: int) -> tuple[torch.Tens
         (dict(iou_threshold=1.0, max_output_boxes_per_class=10, keep_top_k=10, pre_top_k=5,
               background_label_id=0), False),
         (dict(iou_threshold=0.99, max_output_boxes_per_class=10, keep_top_k=10), True),
+        (dict(iou_threshold=1.0, max_output_boxes_per_class=10, keep_top_k=10, num_classes=1), False),
         # the cap may bind: per class below keep_top_k with N unknown, or a class-agnostic group
         (dict(iou_threshold=1.0, max_output_boxes_per_class=3, keep_top_k=10), True),
         (dict(iou_threshold=1.0, max_output_boxes_per_class=10, keep_top_k=10, class_agnostic=True), True),
     ],
 )
 def test_nonmaxsuppression_only_where_it_can_suppress(kwargs: dict[str, Any], has_nms: bool) -> None:
-    ops = op_histogram(cached_model(3, **kwargs))
+    kwargs = dict(kwargs)
+    classes = kwargs.pop("num_classes", 3)
+    ops = op_histogram(cached_model(classes, **kwargs))
     assert ("NonMaxSuppression" in ops) is has_nms, ops
     assert ops["TopK"] >= 1
+    if classes == 1 and not has_nms:  # one class: the pair index is the box index
+        assert "Div" not in ops and "Mod" not in ops, ops
 
 
 def test_static_class_agnostic_cap_covering_every_pair_needs_no_nms() -> None:

@@ -103,6 +103,12 @@ CONFIGS: dict[str, tuple[int, bool, dict[str, Any]]] = {
             pre_top_k=4, background_label_id=2,
         ),
     ),
+    # ... and with one class (DETR's and YOLOS's postprocessing): no class arithmetic at all
+    "iou_one_single_class": (
+        1,
+        False,
+        dict(iou_threshold=1.0, score_threshold=0.05, max_output_boxes_per_class=8, keep_top_k=8, pre_top_k=6),
+    ),
     # iou_threshold 1 where the cap may bind: the lowering keeps its NonMaxSuppression
     "iou_one_capped_agnostic": (
         2,
@@ -188,8 +194,10 @@ def nms_inputs(draw: Any, num_classes: int, per_class: bool, tie_free: bool) -> 
 
 
 @st.composite
-def cases(draw: Any, tie_free: bool | None = None) -> tuple[str, torch.Tensor, torch.Tensor, bool]:
-    name = draw(st.sampled_from(sorted(CONFIGS)))
+def cases(
+    draw: Any, tie_free: bool | None = None, exclude: frozenset[str] = frozenset()
+) -> tuple[str, torch.Tensor, torch.Tensor, bool]:
+    name = draw(st.sampled_from(sorted(set(CONFIGS) - exclude)))
     num_classes, per_class, _ = CONFIGS[name]
     free = draw(st.booleans()) if tie_free is None else tie_free
     boxes, scores = draw(nms_inputs(num_classes, per_class, free))
@@ -235,9 +243,15 @@ def test_onnxruntime_lowering_matches_reference(case: tuple[str, torch.Tensor, t
         assert torch.equal(w, g), f"{name}: {field} differs\nwant {w}\ngot  {g}"
 
 
+OPENVINO_AT_IOU_ONE = frozenset({"iou_one_capped_agnostic"})
+"""A class-agnostic cap that may bind keeps NonMaxSuppression at t = 1, where OpenVINO suppresses
+at IoU >= t: one box's other classes (IoU 1 with itself) are dropped. A documented limit of the
+openvino flavour (lowering/onnx_translations/multiclass_nms.py); ONNX Runtime runs this config."""
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:openvino")
 @settings(SETTINGS, max_examples=40)
-@given(cases(tie_free=True))
+@given(cases(tie_free=True, exclude=OPENVINO_AT_IOU_ONE))
 def test_openvino_runs_the_same_onnx(case: tuple[str, torch.Tensor, torch.Tensor, bool]) -> None:
     name, boxes, scores, _ = case
     want, got = reference(name, boxes, scores), run_openvino(_openvino(name), boxes, scores)

@@ -171,14 +171,14 @@ def multiclass_nms_standard(
     per_class = rank(boxes) == 4
     batch, num_classes = dim(scores, 0), dim(scores, 2)
     s, b, num_boxes, chosen = _candidates(scores, boxes, pre_top_k, background_label_id)
+    single = static_dim(scores, 2) == 1
     if threshold_only.applies(
         iou_threshold, max_output_boxes_per_class, keep_top_k, class_agnostic, scores, pre_top_k
     ):
         det_boxes, det_scores, det_labels, num_dets, det_index = threshold_only.threshold_and_rank(
-            s, b, num_boxes, chosen, batch, num_classes, score_threshold, keep_top_k, per_class
+            s, b, num_boxes, chosen, batch, num_classes, score_threshold, keep_top_k, per_class, single
         )
         return op.CastLike(det_boxes, boxes), op.CastLike(det_scores, scores), det_labels, num_dets, det_index
-    single = static_dim(scores, 2) == 1
     sizes = (batch, num_boxes, num_classes)
     nms_boxes, nms_scores = _nms_layout(b, s, sizes, agnostic=class_agnostic, per_class=per_class, single=single)
     selected = op.NonMaxSuppression(
@@ -223,7 +223,7 @@ def multiclass_nms_openvino(
     only at IoU > t. Below 1, no float32 IoU lies strictly between t and the next float32 up, so
     OpenVINO then makes exactly the contract's decisions. At t = 1, where no NonMaxSuppression
     node could, the graph has none (``threshold_only``), unless a class-agnostic cap may bind;
-    then only identical boxes are affected.
+    then identical boxes are affected, which there includes one box's pairs with other classes.
     """
     threshold = float(iou_threshold)
     if 0.0 < threshold < 1.0:

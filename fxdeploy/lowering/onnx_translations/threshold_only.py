@@ -50,22 +50,28 @@ def applies(
 
 def threshold_and_rank(
     s: Any, b: Any, num_boxes: Any, chosen: Any, batch: Any, num_classes: Any,
-    score_threshold: float, keep_top_k: int, per_class: bool,
+    score_threshold: float, keep_top_k: int, per_class: bool, single: bool,
 ) -> tuple[Any, Any, Any, Any, Any]:
     """The five outputs from the candidates ``_candidates`` gives: scores ``s`` [B, N', C] (float32,
-    background at -inf), boxes ``b`` [B, N', 4] or [B, N', C, 4], and the pre_top_k choice."""
+    background at -inf), boxes ``b`` [B, N', 4] or [B, N', C, 4], and the pre_top_k choice.
+    ``single``: C is statically 1, so the pair index is the box index."""
     neg_inf = const(NEG_INF, np.float32)
-    pairs = op.Mul(num_classes, num_boxes)
-    # allowzero: with no boxes the width is a real 0, not "copy the input's dim"
-    class_major = op.Reshape(op.Transpose(s, perm=[0, 2, 1]), op.Concat(batch, pairs, axis=0), allowzero=1)
+    if single:
+        class_major = op.Squeeze(s, const([2]))
+    else:  # allowzero: with no boxes the width is a real 0, not "copy the input's dim"
+        pairs = op.Mul(num_classes, num_boxes)
+        class_major = op.Reshape(op.Transpose(s, perm=[0, 2, 1]), op.Concat(batch, pairs, axis=0), allowzero=1)
     class_major = nan_to_neg_inf(class_major)  # OpenVINO's CPU plugin lets NaN through Greater + Where
     candidates = op.Where(op.Greater(class_major, const(score_threshold, np.float32)), class_major, neg_inf)
     spare = op.Expand(neg_inf, op.Concat(batch, const([keep_top_k]), axis=0))  # TopK's K always fits
     top, position = op.TopK(op.Concat(candidates, spare, axis=1), const([keep_top_k]), axis=1, largest=1, sorted=1)
     filled = op.Greater(top, neg_inf)
     slot = op.Where(filled, position, const(0))
-    per_image = op.Max(num_boxes, const([1]))  # no division by zero when there are no boxes
-    label, local = op.Div(slot, per_image), op.Mod(slot, per_image)
+    if single:
+        label, local = const(0), slot
+    else:
+        per_image = op.Max(num_boxes, const([1]))  # no division by zero when there are no boxes
+        label, local = op.Div(slot, per_image), op.Mod(slot, per_image)
     image = op.Unsqueeze(op.Range(const(0), op.Squeeze(batch, const([0])), const(1)), const([1]))
     row = op.Add(op.Mul(image, num_boxes), local)  # the box's row of b flattened to [B * N', 4]
     if per_class:
