@@ -33,7 +33,7 @@ import fxdeploy  # noqa: E402
 from examples.models import resnet50  # noqa: E402
 from fxdeploy.bench.timing import timed_after_warm_call  # noqa: E402
 from fxdeploy.runtime.ncnn import configure as configure_ncnn  # noqa: E402
-from fxdeploy.runtime.openvino import compile_config  # noqa: E402
+from fxdeploy.runtime.openvino import compile_config, read_model  # noqa: E402
 
 Run = Callable[[], Any]
 
@@ -52,7 +52,8 @@ def direct_onnxruntime(art: Path, x: np.ndarray, settings: fxdeploy.Settings) ->
 def direct_openvino(art: Path, x: np.ndarray, settings: fxdeploy.Settings) -> Run:
     import openvino
 
-    compiled = openvino.Core().compile_model(str(art / "model.onnx"), "CPU", compile_config(settings))
+    core = openvino.Core()
+    compiled = core.compile_model(read_model(core, art / "model.onnx"), "CPU", compile_config(settings))
     request = compiled.create_infer_request()
     return lambda: request.infer({0: x})
 

@@ -52,6 +52,7 @@ class Deployed:
         self._directory = directory
         self._keepalive = keepalive  # the TemporaryDirectory holding files until save()
         self._out_spec = out_spec
+        self._build = structure.builder(manifest["output_tree"]) if out_spec is None else None
         self._template = dataclass_template
         self._unpacks = list(unpacks or [])
         self._inputs = [(i["name"], DTYPES[i["dtype"]], i["shape"]) for i in manifest["inputs"]]
@@ -206,8 +207,8 @@ class Deployed:
             leaves: list[Any] = [outputs[name] for name in self._plain_leaves]
         else:
             leaves = self._leaf_values(outputs)
-        if self._out_spec is None:
-            result = structure.rebuild(self.manifest["output_tree"], leaves)
+        if self._build is not None:
+            result = self._build(leaves)
         else:
             result = pytree.tree_unflatten(leaves, self._out_spec)
             if self._template is not None:

@@ -8,7 +8,10 @@ containers only, so loading never imports or constructs a type named in a file.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -77,19 +80,35 @@ def _keys_of(spec: pytree.TreeSpec) -> list[str] | None:
 
 
 def rebuild(description: dict[str, Any], leaves: list[Any]) -> Any:
-    iterator = iter(leaves)
-    result = _rebuild(description, iterator)
-    return result
+    return builder(description)(leaves)
 
 
-def _rebuild(node: dict[str, Any], leaves: Any) -> Any:
-    kind = node["kind"]
-    if kind == "leaf":
-        return next(leaves)
-    values = [_rebuild(child, leaves) for child in node["children"]]
-    if kind == "dict":
-        return dict(zip(node["keys"], values, strict=True))
-    return tuple(values) if kind == "tuple" else values
+def builder(description: dict[str, Any]) -> Callable[[list[Any]], Any]:
+    """``rebuild(description, ·)`` with every decision taken once: it runs on each call of a model.
+
+    A tuple or list whose children are all leaves (most models' outputs) is one slice.
+    """
+    next_leaf = itertools.count()
+
+    def make(node: dict[str, Any]) -> Callable[[list[Any]], Any]:
+        kind, children = node["kind"], node.get("children", [])
+        if kind == "leaf":
+            return operator.itemgetter(next(next_leaf))
+        if kind != "dict" and children and all(c["kind"] == "leaf" for c in children):
+            start = next(next_leaf)
+            span = slice(start, start + len(children))
+            for _ in children[1:]:
+                next(next_leaf)
+            return (lambda leaves: tuple(leaves[span])) if kind == "tuple" else (lambda leaves: leaves[span])
+        parts = [make(c) for c in children]
+        if kind == "dict":
+            keys = node["keys"]
+            return lambda leaves: dict(zip(keys, [part(leaves) for part in parts], strict=True))
+        if kind == "tuple":
+            return lambda leaves: tuple([part(leaves) for part in parts])
+        return lambda leaves: [part(leaves) for part in parts]
+
+    return make(description)
 
 
 def count_leaves(description: dict[str, Any]) -> int:

@@ -2,7 +2,9 @@
 
 The *head* (everything that does not depend on a ``multiclass_nms`` output) stays for the
 engine; the *tail* (each ``multiclass_nms`` node and everything that depends on it) runs on the
-host, inside the runtime layer, behind the same ``execute``. The result is a GraphModule with two
+host, inside the runtime layer, behind the same ``execute``. The tail also takes the comparisons,
+selects, casts and argmaxes that feed only the tail (a keep mask made into NMS scores, the labels
+gathered after it): ncnn has no layer for them. The result is a GraphModule with two
 submodules, ``engine_head`` and ``host_tail``, called one after the other, so the passed graph
 still runs in PyTorch (verification) and a lowering finds both halves with ``split_parts``.
 """
@@ -22,6 +24,17 @@ from fxdeploy.settings import Settings
 HEAD = "engine_head"
 TAIL = "host_tail"
 _NMS = "fxdeploy::multiclass_nms"
+
+_aten = torch.ops.aten
+_HOST_ONLY = frozenset({
+    _aten.gt, _aten.ge, _aten.lt, _aten.le, _aten.eq, _aten.ne, _aten.where, _aten.logical_and,
+    _aten.logical_or, _aten.logical_xor, _aten.logical_not, _aten.bitwise_not, _aten.to, _aten._to_copy,
+    _aten.argmax, _aten.argmin,
+})
+"""Ops without an ncnn layer (its ArgMax reduces the whole blob, not an axis): where they feed only
+the tail, they run on the host with it."""
+_VIEWS = frozenset({_aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view})
+"""Moved with those ops when between them and the NMS, never on their own."""
 
 _SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
@@ -43,6 +56,7 @@ def host_postprocess_split(gm: GraphModule, settings: Settings) -> PassResult:
     if not nms or hasattr(gm, TAIL):
         return PassResult(gm, False)
     tail = _descendants(nms)
+    tail |= _host_only_inputs(tail)
     recompute = _sizes_to_recompute(tail)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     output = next(n for n in gm.graph.nodes if n.op == "output")
@@ -98,6 +112,27 @@ def _descendants(roots: list[Node]) -> set[Node]:
         seen.add(node)
         stack.extend(node.users)
     return seen
+
+
+def _host_only_inputs(tail: set[Node]) -> set[Node]:
+    """The ``_HOST_ONLY`` ops (and the views after them) computing the tail's inputs, for it alone."""
+    pulled: set[Node] = set()
+    stack = [a for n in tail for a in n.all_input_nodes]
+    while stack:
+        node = stack.pop()
+        packet = getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
+        if node in tail or node in pulled or packet not in _HOST_ONLY | _VIEWS:
+            continue
+        if all(u in tail or u in pulled for u in node.users):
+            pulled.add(node)
+            stack.extend(node.all_input_nodes)
+    views = {n for n in pulled if n.target.overloadpacket in _VIEWS}
+    while True:  # a view with no moved op behind it stays in the engine
+        alone = {v for v in views if not any(a in pulled for a in v.all_input_nodes)}
+        if not alone:
+            return pulled
+        pulled -= alone
+        views -= alone
 
 
 def _sizes_to_recompute(tail: set[Node]) -> set[Node]:

@@ -31,7 +31,8 @@ class OpenVinoExecutor(Executor):
 
         super().__init__()
         self.config = compile_config(settings)
-        self.compiled = openvino.Core().compile_model(str(model_path), "CPU", self.config)
+        core = openvino.Core()
+        self.compiled = core.compile_model(read_model(core, model_path), "CPU", self.config)
         self.output_names = list(output_names)
         known = {name for port in self.compiled.outputs for name in port.get_names()}
         missing = [name for name in self.output_names if name not in known]
@@ -54,6 +55,20 @@ class OpenVinoExecutor(Executor):
         results = self._request().infer(arrays, share_inputs=True, share_outputs=False)
         pairs = zip(self.output_names, self._ports, strict=True)
         return {name: _to_torch(results[port]) for name, port in pairs}
+
+
+def read_model(core: Any, model: Path | bytes) -> Any:
+    """The ONNX model as OpenVINO reads it, with every TopK stable, as ONNX's TopK is.
+
+    ONNX breaks TopK ties by the lower index; OpenVINO's ONNX frontend (2026.4) makes its TopK with
+    ``stable=False``, which orders ties arbitrarily. multiclass_nms's ranking and a detector's
+    query selection rest on that rule, so it is restored here, before compiling.
+    """
+    ov_model = core.read_model(model if isinstance(model, bytes) else str(model))
+    for node in ov_model.get_ops():
+        if node.get_type_name() == "TopK" and node.get_attributes().get("stable") is False:
+            node.set_attribute("stable", True)
+    return ov_model
 
 
 def compile_config(settings: Settings) -> dict[str, Any]:

@@ -114,8 +114,10 @@ def run_ort(session: Any, boxes: torch.Tensor, scores: torch.Tensor) -> tuple[to
 def openvino_model(model: onnx.ModelProto) -> Any:
     import openvino as ov  # optional runtime: imported only here
 
+    from fxdeploy.runtime.openvino import read_model
+
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU", {"INFERENCE_NUM_THREADS": 2})
+    compiled = core.compile_model(read_model(core, model.SerializeToString()), "CPU", {"INFERENCE_NUM_THREADS": 2})
     return compiled
 
 

@@ -102,9 +102,24 @@ def test_ties_and_identical_boxes_match_the_reference_exactly(per_class: bool) -
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:openvino")
+@pytest.mark.parametrize("per_class", [False, True])
+def test_openvino_breaks_ties_by_the_lower_index(per_class: bool) -> None:
+    """OpenVINO's ONNX frontend makes TopK unstable; fxdeploy's reader restores ONNX's tie rule.
+    Equal scores everywhere (a keep mask used as scores) must come out in class, then box order."""
+    boxes, scores = _tied_grid(2, 24, 2)
+    scores = (scores > 0.5).float()
+    if per_class:
+        boxes = boxes.unsqueeze(2).expand(-1, -1, 2, -1).contiguous()
+    kwargs = dict(iou_threshold=1.0, score_threshold=0.5, max_output_boxes_per_class=48, keep_top_k=48)
+    want = reference(boxes, scores, **kwargs)
+    assert int(want[3].min()) > 10  # many tied rows
+    _assert_equal(want, run_openvino(openvino_model(cached_model(2, per_class_boxes=per_class, **kwargs)), boxes, scores))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:openvino")
 def test_openvino_keeps_identical_boxes_at_iou_one() -> None:
     """OpenVINO's NonMaxSuppression suppresses at IoU >= t, so at t = 1 it dropped identical boxes;
-    without the node, its result is the contract's. Distinct scores: its TopK may order ties apart."""
+    without the node, its result is the contract's."""
     boxes = torch.tensor([[[0.0, 0.0, 4.0, 4.0]] * 4 + [[1.0, 1.0, 5.0, 5.0]] * 2])
     scores = torch.tensor([[[0.9, 0.1], [0.8, 0.2], [0.7, 0.35], [0.6, 0.4], [0.5, 0.45], [0.3, 0.55]]])
     kwargs = dict(iou_threshold=1.0, score_threshold=0.15, max_output_boxes_per_class=12, keep_top_k=12)

@@ -82,3 +82,40 @@ def test_graph_without_nms_is_not_modified() -> None:
 def test_splitting_twice_is_a_no_op() -> None:
     once = host_postprocess_split(detector_graph(), Settings()).graph_module
     assert not host_postprocess_split(once, Settings()).modified
+
+
+def keep_mask_graph() -> torch.fx.GraphModule:
+    """A DETR-style head: a keep mask as NMS scores, labels gathered after NMS by its index."""
+
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node, ...]:
+        boxes = g.call_function(aten.unsqueeze.default, (g.call_function(aten.mul.Tensor, (xs[0], 2.0)), 2))
+        probs = g.call_function(aten.softmax.int, (xs[1], -1))
+        best = g.call_function(aten.amax.default, (probs, [-1]))
+        labels = g.call_function(aten.argmax.default, (probs, -1))
+        keep = g.call_function(aten.gt.Scalar, (best, 0.4))
+        mask = g.call_function(aten.unsqueeze.default, (g.call_function(aten.to.dtype, (keep, torch.float32)), -1))
+        nms = g.call_function(torch.ops.fxdeploy.multiclass_nms.default, (boxes, mask, 1.0, 0.5, 30, -1, 30, -1, False))
+        index, num = (g.call_function(operator.getitem, (nms, i)) for i in (4, 3))
+        rows = g.call_function(aten.clamp.default, (index, 0))
+        return (g.call_function(aten.gather.default, (labels, 1, rows)),
+                g.call_function(aten.gather.default, (best, 1, rows)), num)
+
+    return build(body, 2, list(_inputs()))
+
+
+def test_host_only_ops_feeding_the_tail_move_with_it() -> None:
+    """ncnn has no comparison, cast or per-axis argmax layer: where they feed only the tail they run
+    on the host; a view of engine compute (the boxes' unsqueeze) and the shared amax stay in the engine."""
+    gm = keep_mask_graph()
+    reference = copy.deepcopy(gm)
+    split = host_postprocess_split(gm, Settings()).graph_module
+    parts = split_parts(split)
+    assert parts is not None
+    head, tail = op_histogram(parts.head), op_histogram(parts.tail)
+    moved = {"aten.gt.Scalar", "aten.to.dtype", "aten.argmax.default"}
+    assert moved <= set(tail) and not moved & set(head), (head, tail)
+    assert tail["aten.unsqueeze.default"] == 1 and head["aten.unsqueeze.default"] == 1
+    assert {"aten.softmax.int", "aten.amax.default", "aten.mul.Tensor"} <= set(head)
+    inputs = _inputs()
+    for got, want in zip(split(*inputs), reference(*inputs), strict=True):
+        assert torch.equal(got, want)
