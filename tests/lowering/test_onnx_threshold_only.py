@@ -113,7 +113,8 @@ def test_openvino_breaks_ties_by_the_lower_index(per_class: bool) -> None:
     kwargs = dict(iou_threshold=1.0, score_threshold=0.5, max_output_boxes_per_class=48, keep_top_k=48)
     want = reference(boxes, scores, **kwargs)
     assert int(want[3].min()) > 10  # many tied rows
-    _assert_equal(want, run_openvino(openvino_model(cached_model(2, per_class_boxes=per_class, **kwargs)), boxes, scores))
+    compiled = openvino_model(cached_model(2, per_class_boxes=per_class, **kwargs))
+    _assert_equal(want, run_openvino(compiled, boxes, scores))
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:openvino")
