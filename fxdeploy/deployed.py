@@ -248,7 +248,7 @@ def _ready(
     for (name, dtype, _), shape, value in zip(inputs, shapes, values, strict=True):
         if not (
             type(value) is torch.Tensor and value.dtype is dtype and value.shape == shape
-            and value.device.type == "cpu" and value.layout is torch.strided
+            and value.is_cpu and value.layout is torch.strided
             and not value.requires_grad and value.is_contiguous()
         ):
             return None

@@ -138,3 +138,22 @@ def test_no_candidates_and_no_boxes_give_all_padding() -> None:
         got = run_ort(session, boxes, scores)
         _assert_equal(reference(boxes, scores, **kwargs), got)
         assert got[3].tolist() == [0, 0] and got[2].eq(-1).all()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:openvino")
+@pytest.mark.parametrize("num_classes", [1, 3])
+def test_static_pairs_covering_k_rank_without_spare_columns(num_classes: int) -> None:
+    """Static N * C >= K: TopK ranks the pairs themselves, with no -inf spare columns concatenated
+    (the one Concat left appends the padding rows' zero box)."""
+    boxes, scores = _tied_grid(2, 10, num_classes)
+    kwargs = dict(iou_threshold=1.0, score_threshold=0.1, max_output_boxes_per_class=10, keep_top_k=10)
+    model = _static_model(boxes, scores, **kwargs)
+    ops = op_histogram(model)
+    assert "NonMaxSuppression" not in ops and ops["Concat"] == 1, ops
+    want = reference(boxes, scores, **kwargs)
+    assert 0 < int(want[3].min()) and int(want[3].max()) <= 10
+    _assert_equal(want, run_ort(ort_session(model), boxes, scores))
+    _assert_equal(want, run_openvino(openvino_model(model), boxes, scores))
+    few = dict(kwargs, score_threshold=0.8)  # most rows padding
+    session = ort_session(_static_model(boxes, scores, **few))
+    _assert_equal(reference(boxes, scores, **few), run_ort(session, boxes, scores))

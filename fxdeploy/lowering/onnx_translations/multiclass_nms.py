@@ -176,7 +176,8 @@ def multiclass_nms_standard(
         iou_threshold, max_output_boxes_per_class, keep_top_k, class_agnostic, scores, pre_top_k
     ):
         det_boxes, det_scores, det_labels, num_dets, det_index = threshold_only.threshold_and_rank(
-            s, b, num_boxes, chosen, batch, num_classes, score_threshold, keep_top_k, per_class, single
+            s, b, num_boxes, chosen, batch, num_classes, score_threshold, keep_top_k, per_class, single,
+            threshold_only.static_pairs(scores, pre_top_k),
         )
         return op.CastLike(det_boxes, boxes), op.CastLike(det_scores, scores), det_labels, num_dets, det_index
     sizes = (batch, num_boxes, num_classes)

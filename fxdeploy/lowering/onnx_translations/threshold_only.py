@@ -48,13 +48,22 @@ def applies(
     return max_output_boxes_per_class >= pairs
 
 
+def static_pairs(scores: Any, pre_top_k: int) -> int | None:
+    """How many (box, class) pairs TopK ranks, where N and C are static: N (or pre_top_k) times C."""
+    num_boxes, num_classes = static_dim(scores, 1), static_dim(scores, 2)
+    if num_boxes is None or num_classes is None:
+        return None
+    return (min(num_boxes, pre_top_k) if pre_top_k > 0 else num_boxes) * num_classes
+
+
 def threshold_and_rank(
     s: Any, b: Any, num_boxes: Any, chosen: Any, batch: Any, num_classes: Any,
-    score_threshold: float, keep_top_k: int, per_class: bool, single: bool,
+    score_threshold: float, keep_top_k: int, per_class: bool, single: bool, known_pairs: int | None = None,
 ) -> tuple[Any, Any, Any, Any, Any]:
     """The five outputs from the candidates ``_candidates`` gives: scores ``s`` [B, N', C] (float32,
     background at -inf), boxes ``b`` [B, N', 4] or [B, N', C, 4], and the pre_top_k choice.
-    ``single``: C is statically 1, so the pair index is the box index."""
+    ``single``: C is statically 1, so the pair index is the box index. ``known_pairs``: N' * C where it
+    is static; at least K of them, TopK needs no spare -inf columns and every position is a pair."""
     neg_inf = const(NEG_INF, np.float32)
     if single:
         class_major = op.Squeeze(s, const([2]))
@@ -63,10 +72,12 @@ def threshold_and_rank(
         class_major = op.Reshape(op.Transpose(s, perm=[0, 2, 1]), op.Concat(batch, pairs, axis=0), allowzero=1)
     class_major = nan_to_neg_inf(class_major)  # OpenVINO's CPU plugin lets NaN through Greater + Where
     candidates = op.Where(op.Greater(class_major, const(score_threshold, np.float32)), class_major, neg_inf)
-    spare = op.Expand(neg_inf, op.Concat(batch, const([keep_top_k]), axis=0))  # TopK's K always fits
-    top, position = op.TopK(op.Concat(candidates, spare, axis=1), const([keep_top_k]), axis=1, largest=1, sorted=1)
+    fits = known_pairs is not None and known_pairs >= keep_top_k
+    if not fits:  # spare -inf columns, so that TopK's K always fits
+        candidates = op.Concat(candidates, op.Expand(neg_inf, op.Concat(batch, const([keep_top_k]), axis=0)), axis=1)
+    top, position = op.TopK(candidates, const([keep_top_k]), axis=1, largest=1, sorted=1)
     filled = op.Greater(top, neg_inf)
-    slot = op.Where(filled, position, const(0))
+    slot = position if fits else op.Where(filled, position, const(0))  # a spare column is no pair
     if single:
         label, local = const(0), slot
     else:
