@@ -79,12 +79,9 @@ def _keys_of(spec: pytree.TreeSpec) -> list[str] | None:
     return None
 
 
-def rebuild(description: dict[str, Any], leaves: list[Any]) -> Any:
-    return builder(description)(leaves)
-
-
 def builder(description: dict[str, Any]) -> Callable[[list[Any]], Any]:
-    """``rebuild(description, ·)`` with every decision taken once: it runs on each call of a model.
+    """The function from leaves back to ``describe``'s structure, every decision taken once: it runs
+    on each call of a model.
 
     A tuple or list whose children are all leaves (most models' outputs) is one slice.
     """

@@ -35,6 +35,7 @@ _HOST_ONLY = frozenset({
 the tail, they run on the host with it."""
 _VIEWS = frozenset({_aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view})
 """Moved with those ops when between them and the NMS, never on their own."""
+_MOVABLE = _HOST_ONLY | _VIEWS
 
 _SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
@@ -121,7 +122,7 @@ def _host_only_inputs(tail: set[Node]) -> set[Node]:
     while stack:
         node = stack.pop()
         packet = getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
-        if node in tail or node in pulled or packet not in _HOST_ONLY | _VIEWS:
+        if node in tail or node in pulled or packet not in _MOVABLE:
             continue
         if all(u in tail or u in pulled for u in node.users):
             pulled.add(node)
