@@ -44,6 +44,7 @@ def lower(
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     chosen = get_target(target)
     chosen.require()
+    chosen.check_precision(settings.precision)
     subs = substitution.resolve(substitutions)
 
     def build() -> Deployed:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 MAX_THREADS = 1024
 CaptureMode = Literal["auto", "strict", "non_strict"]
-Precision = Literal["fp32", "fp16"]
+Precision = Literal["fp32", "fp16", "bf16"]
 
 
 class _Checked:
@@ -85,7 +85,7 @@ class Settings:
     threads: int = 2
     """intra-op threads for every runtime (pinned the same for fair comparisons)."""
     precision: Precision = "fp32"
-    """fp32, or fp16 where the target supports it (scores and NMS inputs stay fp32)."""
+    """fp32, or fp16/bf16 where the target supports it (scores and NMS inputs stay fp32)."""
     verify: bool = True
     """after lowering, run the artifact at the example, min, opt and max shapes against eager."""
     atol: float = 1e-4
@@ -130,6 +130,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     "fp16": {"precision": "fp16", "atol": 1e-2},
+    "bf16": {"precision": "bf16", "atol": 3e-2},
     "strict-capture": {"capture": {"mode": "strict"}},
     "fast-lower": {"verify": False, "onnx": {"optimize": False}},
 }

@@ -71,8 +71,8 @@ def compare(
     """Max error over tensor leaves; raise LoweringError naming the shapes on any mismatch.
 
     Leaves computed from an NMS result (``detections``) are compared as sets of rows per image:
-    runtimes order equal scores differently. Under fp16 they are not compared here, since a
-    score that crosses a threshold legitimately changes the set; the fp16 tolerance for
+    runtimes order equal scores differently. Under fp16/bf16 they are not compared here, since a
+    score that crosses a threshold legitimately changes the set; the reduced-precision tolerance for
     detections is documented and tested instead.
     """
     shapes = [tuple(x.shape) for x in inputs]
@@ -88,7 +88,7 @@ def compare(
             if have != ref:
                 raise LoweringError(f"{where}: output #{index} is {have!r}, eager gives {ref!r}")
             continue
-        if is_detection and precision == "fp16":
+        if is_detection and precision != "fp32":
             continue
         if tuple(have.shape) != tuple(ref.shape):
             raise LoweringError(

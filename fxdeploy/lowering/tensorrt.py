@@ -132,11 +132,11 @@ def _build(trt: Any, onnx_path: Path, profile: Profile, settings: Settings) -> b
 
 
 def _network_flags(trt: Any, settings: Settings) -> int:
-    """fp32: default flags (explicit batch is the only mode in TensorRT 10+). fp16: the ONNX
+    """fp32: default flags (explicit batch is the only mode in TensorRT 10+). fp16/bf16: the ONNX
     already carries the precision policy's casts (NMS inputs, scores and box decoding in fp32),
     so the network is strongly typed and TensorRT keeps exactly those types; a weakly typed
-    network with the FP16 builder flag could move the excluded ops to fp16 as well."""
-    if settings.precision != "fp16":
+    network with the FP16/BF16 builder flag could move the excluded ops to half precision too."""
+    if settings.precision == "fp32":
         return 0
     return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 

@@ -20,10 +20,11 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 # (it adds the hidden count outputs and the trim records that tensorize_outputs describes).
 # precision_policy after substitute_nms: it keeps the NMS inputs (and their box decoding) in fp32.
 ONNX: tuple[Pass, ...] = (*CLEANUP, substitute_nms, precision_policy, tensorize_outputs)
-TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, substitute_nms, tensorize_outputs)
-# ncnn: the TorchScript pipeline, then the pnnx workaround (it changes no outputs), then the
-# host split last: it cuts the final graph, so it must see the final outputs and every NMS.
-NCNN: tuple[Pass, ...] = (*TORCHSCRIPT, float_attention_mask, host_postprocess_split)
+TORCHSCRIPT: tuple[Pass, ...] = ONNX
+# ncnn: no precision policy (ncnn's own fp16 switches set the precision, engine-wide), then the
+# pnnx workaround (it changes no outputs), then the host split last: it cuts the final graph, so
+# it must see the final outputs and every NMS.
+NCNN: tuple[Pass, ...] = (*CLEANUP, substitute_nms, tensorize_outputs, float_attention_mask, host_postprocess_split)
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {
     "onnxruntime": ONNX,

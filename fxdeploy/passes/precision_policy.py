@@ -1,10 +1,10 @@
-"""fp16 precision policy: run the network in fp16, keep scores, box decoding and NMS in fp32.
+"""Reduced precision policy: run the network in fp16 or bf16, keep scores, box decoding and NMS in fp32.
 
-With ``settings.precision == "fp16"`` every float op runs in fp16 except:
+With ``settings.precision`` "fp16" (or "bf16") every float op runs in that dtype except:
 - ops whose fp16 error changes decisions: sigmoid, softmax, log_softmax, and the NMS ops;
 - the light ops that feed NMS (box decoding: arithmetic, exp, concatenation, reshapes) and the
   light ops downstream of an excluded op (score post-processing).
-Heavy ops (convolutions, matmuls, attention, norms) always take fp16. Casts are inserted at the
+Heavy ops (convolutions, matmuls, attention, norms) always take the reduced dtype. Casts are inserted at the
 region boundaries; graph inputs and outputs keep their dtypes, so callers see no change. The
 record of what ran in which precision goes to ``gm.meta["fxdeploy.precision"]``, then the manifest.
 """
@@ -34,31 +34,36 @@ HEAVY = (
     "aten.native_layer_norm", "aten.group_norm", "aten.max_pool", "aten.avg_pool", "aten.adaptive_avg_pool",
     "aten.mean",
 )
+REDUCED = {"fp16": torch.float16, "bf16": torch.bfloat16}
+"""settings.precision -> the dtype the network runs in (fp32: the pass changes nothing)."""
 NMS_OPS = ("fxdeploy.multiclass_nms.default", "fxdeploy.nms.default", "fxdeploy.batched_nms.default")
 
 
 def precision_policy(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
-    if settings.precision != "fp16":
+    half = REDUCED.get(settings.precision)
+    if half is None:
         return PassResult(gm, False)
     fp32 = _fp32_nodes(gm)
     graph = gm.graph
     casts: dict[tuple[torch.fx.Node, torch.dtype], torch.fx.Node] = {}
-    _convert_parameters(gm, fp32)
+    _convert_parameters(gm, fp32, half)
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        want = torch.float32 if node in fp32 else torch.float16
+        want = torch.float32 if node in fp32 else half
         for source in list(node.all_input_nodes):
-            if _is_float32(source) and _dtype_after(gm, source, fp32) != want:
+            if _is_float32(source) and _dtype_after(gm, source, fp32, half) != want:
                 node.replace_input_with(source, _cast(graph, source, want, casts))
     output = next(n for n in graph.nodes if n.op == "output")
     for source in list(output.all_input_nodes):
-        if _is_float32(source) and _dtype_after(gm, source, fp32) == torch.float16:
+        if _is_float32(source) and _dtype_after(gm, source, fp32, half) == half:
             output.replace_input_with(source, _cast(graph, source, torch.float32, casts))
     refresh_meta(gm)
     histogram = Counter(str(n.target) for n in fp32 if n.op == "call_function")
-    half = sum(1 for n in graph.nodes if n.op == "call_function" and n not in fp32 and n not in casts.values())
-    gm.meta[PRECISION] = {"policy": "fp16", "fp16_ops": half, "fp32_ops": dict(sorted(histogram.items()))}
+    reduced = sum(1 for n in graph.nodes if n.op == "call_function" and n not in fp32 and n not in casts.values())
+    gm.meta[PRECISION] = {
+        "policy": settings.precision, f"{settings.precision}_ops": reduced, "fp32_ops": dict(sorted(histogram.items()))
+    }
     return PassResult(gm, True)
 
 
@@ -93,17 +98,19 @@ CREATES_FLOAT32 = ("aten.arange", "aten.full", "aten.zeros", "aten.ones", "aten.
                   "aten.lift_fresh_copy", "aten._to_copy", "aten.rand", "aten.linspace")
 
 
-def _dtype_after(gm: torch.fx.GraphModule, node: torch.fx.Node, fp32: set[torch.fx.Node]) -> torch.dtype:
+def _dtype_after(
+    gm: torch.fx.GraphModule, node: torch.fx.Node, fp32: set[torch.fx.Node], half: torch.dtype
+) -> torch.dtype:
     """The dtype a float32 value has once the policy applies (graph inputs stay float32)."""
     if node.op == "get_attr":
         return _param_dtype(gm, node)
     if node.op != "call_function" or node in fp32 or str(node.target).startswith(CREATES_FLOAT32):
         return torch.float32
-    return torch.float16
+    return half
 
 
-def _convert_parameters(gm: torch.fx.GraphModule, fp32: set[torch.fx.Node]) -> None:
-    """Weights read only by fp16 ops are stored in fp16 (half the artifact, no runtime cast)."""
+def _convert_parameters(gm: torch.fx.GraphModule, fp32: set[torch.fx.Node], half: torch.dtype) -> None:
+    """Weights read only by reduced-precision ops are stored so (half the artifact, no runtime cast)."""
     for node in gm.graph.nodes:
         if node.op != "get_attr" or not _is_float32(node):
             continue
@@ -111,11 +118,11 @@ def _convert_parameters(gm: torch.fx.GraphModule, fp32: set[torch.fx.Node]) -> N
             owner, _, name = node.target.rpartition(".")
             module = gm.get_submodule(owner) if owner else gm
             value = getattr(module, name)
-            half = value.detach().half()
+            reduced = value.detach().to(half)
             if isinstance(value, torch.nn.Parameter):
-                setattr(module, name, torch.nn.Parameter(half, requires_grad=False))
+                setattr(module, name, torch.nn.Parameter(reduced, requires_grad=False))
             else:
-                setattr(module, name, half)
+                setattr(module, name, reduced)
 
 
 def _param_dtype(gm: torch.fx.GraphModule, node: torch.fx.Node) -> torch.dtype:

@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
-from fxdeploy.errors import ArtifactError
+from fxdeploy.errors import ArtifactError, TargetUnavailableError
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.runtime.executor import to_torch as _to_torch
 from fxdeploy.settings import Settings
 
-_PRECISION_HINTS = {"fp32": "f32", "fp16": "f16"}
+_PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
 
 
 class OpenVinoExecutor(Executor):
@@ -32,6 +32,8 @@ class OpenVinoExecutor(Executor):
         super().__init__()
         self.config = compile_config(settings)
         core = openvino.Core()
+        if settings.precision == "bf16":
+            require_bf16(core)
         self.compiled = core.compile_model(read_model(core, model_path), "CPU", self.config)
         self.output_names = list(output_names)
         known = {name for port in self.compiled.outputs for name in port.get_names()}
@@ -69,6 +71,16 @@ def read_model(core: Any, model: Path | bytes) -> Any:
         if node.get_type_name() == "TopK" and node.get_attributes().get("stable") is False:
             node.set_attribute("stable", True)
     return ov_model
+
+
+def require_bf16(core: Any) -> None:
+    """bf16 only where the CPU computes it natively: elsewhere OpenVINO would run it at f32, unasked."""
+    capabilities = list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    if "BF16" not in capabilities:
+        raise TargetUnavailableError(
+            f"openvino: precision 'bf16' needs a CPU with native bf16 (AVX512_BF16 or AMX); this CPU's "
+            f"OPTIMIZATION_CAPABILITIES are {capabilities}"
+        )
 
 
 def compile_config(settings: Settings) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fxdeploy.errors import RegistryError, TargetUnavailableError
+from fxdeploy.errors import LoweringError, RegistryError, TargetUnavailableError
 from fxdeploy.passes.base import Pass
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -55,6 +55,8 @@ class Target:
     install_hint: str
     backend_name: str | None = None
     unavailable_reason: Callable[[], str | None] | None = None
+    precisions: tuple[str, ...] = ("fp32", "fp16")
+    """the ``Settings.precision`` values this target runs as asked; any other is refused, never ignored."""
 
     def reason(self) -> str | None:
         """None when the target can run here; otherwise why not, and what to install."""
@@ -63,6 +65,13 @@ class Target:
         if self.version() is None:
             return f"not installed: {self.install_hint}"
         return None
+
+    def check_precision(self, precision: str) -> None:
+        if precision not in self.precisions:
+            raise LoweringError(
+                f"Settings.precision: target {self.name!r} supports {list(self.precisions)}, got {precision!r}"
+                + (f"; targets with {precision}: {_with_precision(precision)}" if _with_precision(precision) else "")
+            )
 
     def is_available(self) -> bool:
         return self.reason() is None
@@ -140,3 +149,7 @@ def statuses() -> dict[str, TargetStatus]:
             reason, version = f"runtime fails to import: {type(exc).__name__}: {exc}", None
         rows[name] = TargetStatus(name, reason is None, version, reason)
     return rows
+
+
+def _with_precision(precision: str) -> list[str]:
+    return [name for name, target in all_targets().items() if precision in target.precisions]

@@ -41,5 +41,6 @@ TARGET = Target(
     load=load,
     version=version,
     install_hint="pip install fxdeploy[openvino]",
+    precisions=("fp32", "fp16", "bf16"),
     backend_name="fxdeploy_openvino",
 )

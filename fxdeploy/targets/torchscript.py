@@ -46,5 +46,6 @@ TARGET = Target(
     load=load,
     version=version,
     install_hint="pip install torch",
+    precisions=("fp32", "fp16", "bf16"),
     backend_name="fxdeploy_torchscript",
 )

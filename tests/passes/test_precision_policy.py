@@ -1,7 +1,8 @@
-"""precision_policy: fp16 network, fp32 scores, box decoding and NMS; inputs and outputs unchanged."""
+"""precision_policy: fp16/bf16 network, fp32 scores, box decoding and NMS; inputs and outputs unchanged."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from examples import detector
@@ -13,7 +14,7 @@ from fxdeploy.passes.substitute_nms import substitute_nms
 from fxdeploy.settings import Settings
 from fxdeploy.substitution import resolve
 
-FP16 = Settings(precision="fp16")
+HALVES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def _detector_graph() -> tuple[torch.fx.GraphModule, torch.Tensor, torch.nn.Module]:
@@ -28,28 +29,42 @@ def _input_dtypes(gm: torch.fx.GraphModule, target: str) -> list[torch.dtype]:
     return [a.meta["val"].dtype for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
 
 
-def test_convolutions_fp16_scores_and_nms_fp32() -> None:
+@pytest.mark.parametrize("precision", sorted(HALVES))
+def test_convolutions_reduced_scores_and_nms_fp32(precision: str) -> None:
+    half = HALVES[precision]
     gm, x, model = _detector_graph()
     before = op_histogram(gm)
-    result = precision_policy(gm, FP16)
+    result = precision_policy(gm, Settings(precision=precision))
     gm = result.graph_module
     gm.graph.lint()
     assert result.modified
     convs = [n for n in gm.graph.nodes if "conv" in str(n.target)]
-    assert convs and all(n.meta["val"].dtype == torch.float16 for n in convs)
+    assert convs and all(n.meta["val"].dtype == half for n in convs)
+    weights = [n for n in gm.graph.nodes if n.op == "get_attr" and any(u in convs for u in n.users)]
+    assert weights and all(n.meta["val"].dtype == half for n in weights)  # stored reduced, not cast per call
     assert _input_dtypes(gm, "fxdeploy.multiclass_nms.default") == [torch.float32, torch.float32]
     assert all(n.meta["val"].dtype == torch.float32 for n in gm.graph.nodes if str(n.target) == "aten.sigmoid.default")
     after = op_histogram(gm)
     assert after.get("aten._to_copy.default", 0) > before.get("aten._to_copy.default", 0)  # boundary casts
     record = gm.meta[PRECISION]
-    assert record["policy"] == "fp16" and record["fp32_ops"]["fxdeploy.multiclass_nms.default"] == 1
+    assert record["policy"] == precision and record["fp32_ops"]["fxdeploy.multiclass_nms.default"] == 1
+    assert record[f"{precision}_ops"] > len(convs)
     placeholder = next(n for n in gm.graph.nodes if n.op == "placeholder")
     assert placeholder.meta["val"].dtype == torch.float32  # callers still feed fp32
     with torch.no_grad():
         boxes, scores, labels, counts = gm(x)
         want = detector.tensor_only_postprocess(model, *model.decode(x))
     assert boxes.dtype == torch.float32 and scores.dtype == torch.float32
-    assert (scores - want[1]).abs().max().item() < 2e-2
+    # reduced precision may swap near-equal scores, or move one across the threshold: compare the
+    # clear scores as sorted sets
+    assert _clear_scores(scores, model).shape == _clear_scores(want[1], model).shape
+    assert (_clear_scores(scores, model) - _clear_scores(want[1], model)).abs().max().item() < 2e-2
+
+
+def _clear_scores(scores: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
+    kept = scores[scores > abs(model.conf_threshold) + 2e-2]
+    assert kept.numel() > 3
+    return kept.sort(descending=True).values
 
 
 def test_fp32_setting_is_not_modified() -> None:
