@@ -10,6 +10,7 @@ may legitimately add or drop.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -46,7 +47,7 @@ def _classifier() -> tuple[torch.nn.Module, torch.Tensor]:
 
 
 @pytest.mark.parametrize(("precision", "target"), CASES)
-def test_reduced_precision_classifier(precision: str, target: str) -> None:
+def test_reduced_precision_classifier(precision: str, target: str, tmp_path: Path) -> None:
     _available(target, precision)
     settings = SETTINGS[precision]
     model, x = _classifier()
@@ -61,6 +62,8 @@ def test_reduced_precision_classifier(precision: str, target: str) -> None:
     assert error <= settings.atol
     if precision == "bf16":  # it really ran in bf16 (8 mantissa bits), not silently in fp32
         assert error > 1e-4
+    loaded = fxdeploy.load(deployed.save(tmp_path / "artifact"))  # the precision travels in the manifest
+    assert torch.equal(loaded(x)["logits"], got)  # a loaded artifact returns dicts: no code is imported
 
 
 @pytest.mark.parametrize(("precision", "target"), CASES)
