@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ class Deployed:
         self.report = report
         self._directory = directory
         self._keepalive = keepalive  # the TemporaryDirectory holding files until save()
+        if hasattr(keepalive, "cleanup"):  # removed with this object, not by the GC's warning finalizer
+            weakref.finalize(self, keepalive.cleanup)
         self._out_spec = out_spec
         self._build = structure.builder(manifest["output_tree"]) if out_spec is None else None
         self._template = dataclass_template

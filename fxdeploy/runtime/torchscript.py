@@ -25,7 +25,10 @@ class TorchScriptExecutor(Executor):
 
     def __init__(self, model_path: Path, output_names: list[str], settings: Settings) -> None:
         super().__init__()
-        self.module = torch.jit.load(str(model_path), map_location="cpu")
+        from fxdeploy.lowering.torchscript import quiet_jit
+
+        with quiet_jit():  # torch 2.13 deprecates torch.jit.load too; TorchScript stays a target
+            self.module = torch.jit.load(str(model_path), map_location="cpu")
         self.module.eval()
         self.output_names = list(output_names)
         if torch.get_num_threads() != settings.threads:

@@ -22,7 +22,10 @@ from fxdeploy.settings import Settings
 from tests.detections import assert_same_detections
 
 SETTINGS = {"fp16": Settings(precision="fp16", atol=1e-2), "bf16": Settings(precision="bf16", atol=3e-2)}
-CASES = [("fp16", "onnxruntime"), ("fp16", "openvino"), ("bf16", "openvino"), ("bf16", "torchscript")]
+CASES = [
+    ("fp16", "onnxruntime"), ("fp16", "openvino"), ("fp16", "torchscript"),
+    ("bf16", "openvino"), ("bf16", "torchscript"),
+]
 
 
 def _available(target: str, precision: str = "fp32") -> None:
