@@ -10,7 +10,6 @@ import torch
 
 from fxdeploy.errors import ArtifactError, TargetUnavailableError
 from fxdeploy.runtime.executor import Executor
-from fxdeploy.runtime.executor import to_torch as _to_torch
 from fxdeploy.settings import Settings
 
 _PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
@@ -43,7 +42,11 @@ class OpenVinoExecutor(Executor):
                 f"openvino: outputs {missing} of the manifest are not outputs of {model_path} "
                 f"(it has {sorted(known)})"
             )
-        self._ports = [self.compiled.output(name) for name in self.output_names]
+        # positions in the model's input and output lists (a port's own get_index() is its node's)
+        positions = {name: i for i, port in enumerate(self.compiled.outputs) for name in port.get_names()}
+        self._outputs = [positions[name] for name in self.output_names]
+        self._inputs = {name: i for i, port in enumerate(self.compiled.inputs) for name in port.get_names()}
+        self._tensor = openvino.Tensor
         self._local = threading.local()
 
     def _request(self) -> Any:
@@ -53,10 +56,20 @@ class OpenVinoExecutor(Executor):
         return request
 
     def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        arrays = {name: tensor.numpy() for name, tensor in feeds.items()}
-        results = self._request().infer(arrays, share_inputs=True, share_outputs=False)
-        pairs = zip(self.output_names, self._ports, strict=True)
-        return {name: _to_torch(results[port]) for name, port in pairs}
+        """Inputs set as tensors sharing the callers' memory, outputs copied out of the request's
+        buffers (the next call reuses them). ``InferRequest.infer(dict)`` does the same work behind
+        a dict conversion that cost ~28 us a call in place (YOLOS, 0.5 ms)."""
+        request = self._request()
+        for name, value in feeds.items():
+            index = self._inputs.get(name)
+            if index is None:
+                raise ArtifactError(
+                    f"openvino: the compiled model has no input {name!r} (it has {sorted(self._inputs)})"
+                )
+            request.set_input_tensor(index, self._tensor(value.numpy(), shared_memory=True))
+        request.infer()
+        outputs = zip(self.output_names, self._outputs, strict=True)
+        return {name: torch.from_numpy(request.get_output_tensor(index).data.copy()) for name, index in outputs}
 
 
 def read_model(core: Any, model: Path | bytes) -> Any:
