@@ -67,11 +67,14 @@ class Target:
         return None
 
     def check_precision(self, precision: str) -> None:
-        if precision not in self.precisions:
-            raise LoweringError(
-                f"Settings.precision: target {self.name!r} supports {list(self.precisions)}, got {precision!r}"
-                + (f"; targets with {precision}: {_with_precision(precision)}" if _with_precision(precision) else "")
-            )
+        """Refuse, before any capture, a precision this target would not run as asked."""
+        if precision in self.precisions:
+            return
+        others = [name for name, target in all_targets().items() if precision in target.precisions]
+        raise LoweringError(
+            f"Settings.precision: target {self.name!r} supports {list(self.precisions)}, got {precision!r}"
+            + (f"; targets with {precision}: {others}" if others else "")
+        )
 
     def is_available(self) -> bool:
         return self.reason() is None
@@ -149,7 +152,3 @@ def statuses() -> dict[str, TargetStatus]:
             reason, version = f"runtime fails to import: {type(exc).__name__}: {exc}", None
         rows[name] = TargetStatus(name, reason is None, version, reason)
     return rows
-
-
-def _with_precision(precision: str) -> list[str]:
-    return [name for name, target in all_targets().items() if precision in target.precisions]
