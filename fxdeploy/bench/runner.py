@@ -19,7 +19,7 @@ from fxdeploy.bench import peers as peer_rows
 from fxdeploy.bench.context import BenchContext, Row, timed_call
 from fxdeploy.bench.progress import Progress
 from fxdeploy.bench.schema import SCHEMA_VERSION, machine_info
-from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, summarize
+from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, round_medians, summarize
 from fxdeploy.compare.api import eval_mode, reference_outputs
 from fxdeploy.compare.outputs import Tolerances, compare_outputs, max_abs_error
 from fxdeploy.settings import Settings
@@ -83,11 +83,14 @@ def run_benchmark(
         built = [_build(name, kind, builder, ctx, reference, tol, bar) for name, kind, builder in builders]
         timed = {row.name: timed_call(row) for row, _ in built if row.fn is not None}
         bar.total = bar.done + len(timed) + rounds  # rows that failed to build are not warmed up
-        samples, failures = measure_interleaved(timed, budget, on_step=bar.step)
+        ends: dict[str, list[int]] = {}
+        samples, failures = measure_interleaved(timed, budget, on_step=bar.step, round_ends=ends)
         bar.close()
         batch_size = batch or _leading_dim(args)
-        documents = [_row_json(row, parity, samples.get(row.name), failures.get(row.name), batch_size)
-                     for row, parity in built]
+        documents = [
+            _row_json(row, parity, samples.get(row.name), failures.get(row.name), batch_size, ends.get(row.name))
+            for row, parity in built
+        ]
     return {
         "schema_version": SCHEMA_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -127,11 +130,12 @@ def _build(
 
 
 def _row_json(row: Row, parity: dict[str, Any], samples: list[float] | None, failure: str | None,
-              batch: int) -> dict[str, Any]:
+              batch: int, ends: list[int] | None = None) -> dict[str, Any]:
     status, reason = row.status, row.reason
     if failure:
         status, reason = "failed", f"failed while timed: {failure}"
     summary = summarize(samples, batch) if samples and status == "ok" else None
+    rounds = round_medians(samples, ends) if summary and samples and ends else None
     return {
         "name": row.name, "kind": row.kind, "status": status, "reason": reason, "version": row.version,
         "latency_ms": {k: summary[k] for k in LATENCY_KEYS} if summary else None,
@@ -141,6 +145,7 @@ def _row_json(row: Row, parity: dict[str, Any], samples: list[float] | None, fai
         "artifact_bytes": row.artifact_bytes, "max_abs_error": parity["max_abs_error"],
         "parity_ok": parity["ok"], "parity_detail": parity["detail"],
         "cv_warning": bool(summary and summary["cv_warning"]),
+        "round_medians_ms": rounds,
     }
 
 

@@ -53,6 +53,7 @@ ROW = {
         "parity_ok": {"type": ["boolean", "null"]},
         "parity_detail": _STR,
         "cv_warning": {"type": "boolean"},
+        "round_medians_ms": {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "null"}]},
     },
 }
 

@@ -81,11 +81,14 @@ def measure_interleaved(
     fns: Mapping[str, Callable[[], Any]],
     budget: Budget,
     on_step: Callable[[str], None] | None = None,
+    round_ends: dict[str, list[int]] | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Warm up each callable, then measure all of them in ``budget.rounds`` rotating rounds.
 
     Returns (samples in ms per name, failure reason per name). A callable that raises is
     dropped from later rounds and reported, so one broken contender does not stop the others.
+    ``round_ends``, where given, receives per name the sample count at the end of each round it
+    ran (``round_medians`` turns that into one median per round).
     """
     samples: dict[str, list[float]] = {name: [] for name in fns}
     failures: dict[str, str] = {}
@@ -105,9 +108,17 @@ def measure_interleaved(
                 continue
             fn = fns[name]
             _guarded(name, failures, lambda fn=fn, name=name: run_until(fn, per_round_s, per_round_runs, samples[name]))
+            if round_ends is not None and name not in failures:
+                round_ends.setdefault(name, []).append(len(samples[name]))
         if on_step:
             on_step(f"round {index + 1}/{budget.rounds}")
     return {n: s for n, s in samples.items() if n not in failures}, failures
+
+
+def round_medians(samples_ms: list[float], ends: list[int]) -> list[float]:
+    """The median latency of each round, from the sample counts at each round's end."""
+    starts = [0, *ends[:-1]]
+    return [float(np.median(samples_ms[a:b])) for a, b in zip(starts, ends, strict=True) if b > a]
 
 
 def _guarded(name: str, failures: dict[str, str], call: Callable[[], Any]) -> None:

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from fxdeploy.bench.timing import Budget, measure_interleaved, summarize
+from fxdeploy.bench.timing import Budget, measure_interleaved, round_medians, summarize
 
 
 def test_percentiles_on_known_samples() -> None:
@@ -70,3 +70,31 @@ def test_a_failing_contender_is_reported_not_raised() -> None:
 def test_budget_rejects_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         Budget(**bad)  # type: ignore[arg-type]
+
+
+def test_round_ends_split_the_samples_by_round() -> None:
+    budget = Budget(warmup_s=0.0, warmup_runs=0, min_time_s=0.0, min_runs=12, rounds=4)
+    ends: dict[str, list[int]] = {}
+    samples, _ = measure_interleaved({"a": lambda: None, "b": lambda: None}, budget, round_ends=ends)
+    assert ends == {"a": [3, 6, 9, 12], "b": [3, 6, 9, 12]}  # ceil(12 / 4) runs a round
+    assert len(samples["a"]) == 12
+
+
+def test_round_medians_take_each_round_apart() -> None:
+    samples = [1.0, 2.0, 3.0, 10.0, 30.0, 20.0, 5.0]
+    assert round_medians(samples, [3, 6, 7]) == [2.0, 20.0, 5.0]
+    assert round_medians(samples, [3, 3, 7]) == [2.0, 15.0]  # an empty round gives no median
+
+
+def test_a_contender_failing_mid_run_keeps_only_its_finished_rounds() -> None:
+    calls = {"n": 0}
+
+    def breaks_later() -> None:
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise RuntimeError("engine lost")
+
+    budget = Budget(warmup_s=0.0, warmup_runs=0, min_time_s=0.0, min_runs=9, rounds=3)
+    ends: dict[str, list[int]] = {}
+    _, failures = measure_interleaved({"x": breaks_later}, budget, round_ends=ends)
+    assert "x" in failures and ends == {"x": [3]}
