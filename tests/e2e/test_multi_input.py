@@ -41,3 +41,20 @@ def test_inputs_and_outputs_bind_by_name(target: str) -> None:
             for key in want:
                 assert got[key].dtype == want[key].dtype, key
                 assert torch.allclose(got[key].double(), want[key].double(), atol=1e-5), key
+
+
+class MaskAndScalar(nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return torch.where(mask, x * scale, -x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bool_and_zero_dim_inputs(target: str) -> None:
+    status = fxdeploy.targets()[target]
+    if not status.available:
+        pytest.skip(f"{target}: {status.reason}")
+    model = MaskAndScalar().eval()
+    x, mask, scale = torch.randn(2, 5), torch.rand(2, 5) > 0.5, torch.tensor(3.0)
+    deployed = fxdeploy.lower(model, (x, mask, scale), target=target)
+    for args in [(x, mask, scale), (x * 2, ~mask, torch.tensor(0.5))]:
+        assert torch.equal(deployed(*args), model(*args))
