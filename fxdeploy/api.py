@@ -19,7 +19,7 @@ from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.precision_policy import PRECISION
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
 from fxdeploy.settings import Settings
-from fxdeploy.targets import LoweringJob, Target, get_target
+from fxdeploy.targets import Lowered, LoweringJob, Target, get_target
 from fxdeploy.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -85,12 +85,13 @@ def _lower_graph(
         exported_program=captured.exported_program if unchanged else None,
     )
     try:
-        lowered = chosen.lower(job)
-    except LoweringError as exc:
-        raise LoweringError(f"target {chosen.name!r}: {exc}") from exc
-    manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
-    manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}
-    executor = chosen.load(out_dir, manifest, settings)
+        lowered = _lower(chosen, job)
+        manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
+        manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}
+        executor = chosen.load(out_dir, manifest, settings)
+    except BaseException:
+        workdir.cleanup()  # nothing owns it yet; from here on the Deployed removes it
+        raise
     deployed = Deployed(
         executor, manifest, out_dir, keepalive=workdir, out_spec=captured.out_spec,
         dataclass_template=captured.dataclass_template, unpacks=captured.unpacks, report=report,
@@ -99,6 +100,14 @@ def _lower_graph(
         manifest["info"]["shape_checks"] = _verify(deployed, gm, captured, model, subs, settings)
         executor.timings.reset()
     return deployed
+
+
+
+def _lower(chosen: Target, job: LoweringJob) -> Lowered:
+    try:
+        return chosen.lower(job)
+    except LoweringError as exc:
+        raise LoweringError(f"target {chosen.name!r}: {exc}") from exc
 
 
 def _verify(

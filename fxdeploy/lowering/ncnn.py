@@ -23,7 +23,8 @@ import torch
 
 from fxdeploy.dims import finite_or
 from fxdeploy.errors import LoweringError
-from fxdeploy.lowering.torchscript import quiet_jit, script_graph, trace_graph
+from fxdeploy.jit_warnings import quiet_jit
+from fxdeploy.lowering.torchscript import script_graph, trace_graph
 from fxdeploy.passes.host_postprocess_split import split_parts
 
 logger = logging.getLogger(__name__)

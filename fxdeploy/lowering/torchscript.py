@@ -13,31 +13,16 @@ imported fxdeploy.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy.errors import LoweringError
+from fxdeploy.jit_warnings import quiet_jit
 
 logger = logging.getLogger(__name__)
-
-_DEPRECATED = r"`torch\.jit\.\w+` is deprecated"
-_GRAPH_MODULE_ANNOTATIONS = r"The TorchScript type system doesn't support instance-level annotations"
-"""Scripting any fx.GraphModule warns so: its own ``__init__`` annotates empty hook lists and ``meta``."""
-
-
-@contextlib.contextmanager
-def quiet_jit() -> Iterator[None]:
-    """torch 2.13 deprecates torch.jit and warns on every script/trace/load, and scripting a
-    GraphModule warns about torch's own annotations; only those are silenced."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_DEPRECATED, category=DeprecationWarning)
-        warnings.filterwarnings("ignore", message=_GRAPH_MODULE_ANNOTATIONS, category=UserWarning)
-        yield
 
 
 def plain_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fxdeploy.errors import ArtifactError
+from fxdeploy.jit_warnings import quiet_jit
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
 
@@ -37,7 +38,8 @@ class NcnnExecutor(Executor):
                 raise ArtifactError(f"ncnn: load_{kind}({directory / name}) failed with code {code}")
         self.inputs = [(spec["name"], spec["blob"]) for spec in plan["inputs"]]
         self.head = [(s["blob"], tuple(s["shape"]), _dtype(s["dtype"])) for s in plan["head_outputs"]]
-        self.tail = torch.jit.load(str(directory / plan["host_tail"])) if plan["host_tail"] else None
+        with quiet_jit():
+            self.tail = torch.jit.load(str(directory / plan["host_tail"])) if plan["host_tail"] else None
         self.tail_inputs = [tuple(source) for source in plan["tail_inputs"]]
         self.sources = [tuple(source) for source in plan["outputs"]]
         self.output_names = [o["name"] for o in manifest["outputs"]]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from fxdeploy.jit_warnings import quiet_jit
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
 
@@ -25,9 +26,7 @@ class TorchScriptExecutor(Executor):
 
     def __init__(self, model_path: Path, output_names: list[str], settings: Settings) -> None:
         super().__init__()
-        from fxdeploy.lowering.torchscript import quiet_jit
-
-        with quiet_jit():  # torch 2.13 deprecates torch.jit.load too; TorchScript stays a target
+        with quiet_jit():
             self.module = torch.jit.load(str(model_path), map_location="cpu")
         self.module.eval()
         self.output_names = list(output_names)

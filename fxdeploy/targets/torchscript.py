@@ -20,7 +20,8 @@ MODEL_FILE = "model.pt"
 
 
 def lower_torchscript(job: LoweringJob) -> Lowered:
-    from fxdeploy.lowering.torchscript import quiet_jit, script_graph
+    from fxdeploy.jit_warnings import quiet_jit
+    from fxdeploy.lowering.torchscript import script_graph
 
     module = script_graph(job.graph_module, target="torchscript")
     with quiet_jit():
