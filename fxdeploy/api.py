@@ -127,7 +127,7 @@ def _verify(
             out = deployed.execute(dict(zip(deployed.input_names, inputs, strict=True)))
             return tuple(out[name] for name in deployed.output_names)
 
-        flags = [bool(leaf.get("detections")) for leaf in leaves if leaf["kind"] != "constant"]
+        flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "constant"]
     else:
         def eager_fn(inputs: list[torch.Tensor]) -> Any:
             args, kwargs = pytree.tree_unflatten(inputs, captured.in_spec)
@@ -137,12 +137,19 @@ def _verify(
         def deployed_fn(inputs: list[torch.Tensor]) -> Any:
             return deployed.call_flat(inputs, unpack=False)
 
-        flags = [bool(leaf.get("detections")) for leaf in leaves if leaf["kind"] != "hidden"]
+        flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "hidden"]
         example_want = captured.eager_outputs  # capture ran eager with the same substitutions
     return verify.run_checks(
         deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
         deployed_fn, eager_fn, settings.atol, flags, settings.precision, example_want,
     )
+
+
+def _detection_flag(leaf: dict[str, Any]) -> bool | int:
+    """verify's per-leaf flag: False, or the leaf's detection-rows dim (True where none is recorded)."""
+    if not leaf.get("detections"):
+        return False
+    return leaf.get("rows_dim", True)
 
 
 def _manifest(

@@ -66,14 +66,15 @@ def _like(example: torch.Tensor, dims: list[int], generator: torch.Generator) ->
 
 def compare(
     label: str, inputs: list[torch.Tensor], got: Any, want: Any, atol: float, target: str,
-    detections: list[bool] | None = None, precision: str = "fp32",
+    detections: list[bool | int] | None = None, precision: str = "fp32",
 ) -> float:
     """Max error over tensor leaves; raise LoweringError naming the shapes on any mismatch.
 
-    Leaves computed from an NMS result (``detections``) are compared as sets of rows per image:
-    runtimes order equal scores differently. Under fp16/bf16 they are not compared here, since a
-    score that crosses a threshold legitimately changes the set; the reduced-precision tolerance for
-    detections is documented and tested instead.
+    Leaves computed from an NMS result (``detections``: per leaf False, True, or the dim that
+    indexes its rows) are compared as sets of rows per image: runtimes order equal scores
+    differently. True (no dim recorded) takes dim 1 of a batched leaf. Under fp16/bf16 they are
+    not compared here, since a score that crosses a threshold legitimately changes the set; the
+    reduced-precision tolerance for detections is documented and tested instead.
     """
     shapes = [tuple(x.shape) for x in inputs]
     got_leaves, _ = pytree.tree_flatten(structure.dataclasses_to_dicts(got))
@@ -83,25 +84,41 @@ def compare(
         raise LoweringError(f"{where} returns {len(got_leaves)} values, eager {len(want_leaves)}")
     flags = detections if detections is not None and len(detections) == len(want_leaves) else [False] * len(want_leaves)
     worst = 0.0
-    for index, (have, ref, is_detection) in enumerate(zip(got_leaves, want_leaves, flags, strict=True)):
+    for index, (have, ref, flag) in enumerate(zip(got_leaves, want_leaves, flags, strict=True)):
+        rows_dim = _rows_dim(flag, ref)
         if not isinstance(ref, torch.Tensor):
             if have != ref:
                 raise LoweringError(f"{where}: output #{index} is {have!r}, eager gives {ref!r}")
             continue
-        if is_detection and precision != "fp32":
+        if rows_dim is not None and precision != "fp32":
             continue
         if tuple(have.shape) != tuple(ref.shape):
             raise LoweringError(
                 f"{where}: output #{index} has shape {tuple(have.shape)}, eager gives {tuple(ref.shape)}"
             )
-        check = _check_rows if is_detection and ref.dim() > 0 else _check_close
-        worst = max(worst, check(have, ref, atol, f"{where}: output #{index}"))
+        if rows_dim is not None and ref.dim() > 0:
+            worst = max(worst, _check_rows(have, ref, atol, f"{where}: output #{index}", rows_dim))
+        else:
+            worst = max(worst, _check_close(have, ref, atol, f"{where}: output #{index}"))
     return worst
 
 
-def _check_rows(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str) -> float:
-    """Order-insensitive: every row (per image when batched) pairs with a row within tolerance."""
-    groups = zip(have, ref, strict=True) if ref.dim() >= 2 else [(have, ref)]
+def _rows_dim(flag: bool | int | None, ref: Any) -> int | None:
+    """None for a plain leaf; else the dim of ``ref`` that indexes detection rows."""
+    if flag is None or flag is False:
+        return None
+    if flag is True:
+        return 1 if isinstance(ref, torch.Tensor) and ref.dim() >= 2 else 0
+    return int(flag)
+
+
+def _check_rows(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str, rows_dim: int) -> float:
+    """Order-insensitive: every row pairs with a row within tolerance, per image (the dims before
+    ``rows_dim``: none for one image's [K, ...], the batch for [B, K, ...])."""
+    if rows_dim:
+        groups = zip(have.flatten(0, rows_dim - 1), ref.flatten(0, rows_dim - 1), strict=True)
+    else:
+        groups = [(have, ref)]
     worst = 0.0
     for image, (h, r) in enumerate(groups):
         a, b = h.double().reshape(len(h), -1), r.double().reshape(len(r), -1)
@@ -143,7 +160,7 @@ def _check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str)
 def run_checks(
     target: str, dims: dict[str, Any], examples: list[torch.Tensor], shapes: list[list[int | str]],
     deployed_fn: Callable[[list[torch.Tensor]], Any], eager_fn: Callable[[list[torch.Tensor]], Any],
-    atol: float, detections: list[bool] | None = None, precision: str = "fp32", example_want: Any = None,
+    atol: float, detections: list[bool | int] | None = None, precision: str = "fp32", example_want: Any = None,
 ) -> list[dict[str, Any]]:
     """Each check: its label, the input shapes, and the max error; raises on the first mismatch.
 

@@ -36,7 +36,8 @@ def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResul
     modified = False
     for leaf, name in zip(leaves, names, strict=True):
         if isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor):
-            described.append(_tensor_leaf(name, gm.meta, leaf in after_nms))
+            rows_dim = _rows_dim(leaf.meta["val"], after_nms[leaf]) if leaf in after_nms else None
+            described.append(_tensor_leaf(name, gm.meta, leaf in after_nms, rows_dim))
             kept.append(leaf)
         elif isinstance(leaf, torch.fx.Node):
             with gm.graph.inserting_before(output):
@@ -57,22 +58,40 @@ def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResul
     return PassResult(gm, modified)
 
 
-def _nms_descendants(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """Nodes computed from an NMS result: their row order is only defined up to score ties."""
-    frontier = [n for n in gm.graph.nodes if str(n.target).startswith("fxdeploy.") and "nms" in str(n.target)]
-    seen: set[torch.fx.Node] = set()
-    while frontier:
-        node = frontier.pop()
-        if node not in seen:
-            seen.add(node)
-            frontier.extend(node.users)
-    return seen
+def _nms_descendants(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, int | None]:
+    """Nodes computed from an NMS result (their row order is only defined up to score ties), each
+    with its NMS's row count K (``keep_top_k``), where that is static. A node after several NMS
+    calls (a two-stage detector's proposals, then its detections) takes the last one's K."""
+    found: dict[torch.fx.Node, int | None] = {}
+    for nms in reversed(gm.graph.nodes):
+        if not (str(nms.target).startswith("fxdeploy.") and "nms" in str(nms.target)):
+            continue
+        val = nms.meta.get("val")
+        first = val[0] if isinstance(val, (list, tuple)) and val else val
+        shape = getattr(first, "shape", ())
+        rows = shape[1] if len(shape) >= 2 and isinstance(shape[1], int) else None
+        frontier = [nms]
+        while frontier:
+            node = frontier.pop()
+            if node not in found:
+                found[node] = rows
+                frontier.extend(node.users)
+    return found
 
 
-def _tensor_leaf(name: str, meta: dict[str, Any], detections: bool) -> dict[str, Any]:
+def _rows_dim(value: torch.Tensor, rows: int | None) -> int | None:
+    """The dim that indexes detection rows: [B, K, ...] gives 1, one image's [K, ...] gives 0."""
+    if rows is None:
+        return None
+    return next((d for d, size in enumerate(value.shape) if isinstance(size, int) and size == rows), None)
+
+
+def _tensor_leaf(name: str, meta: dict[str, Any], detections: bool, rows_dim: int | None) -> dict[str, Any]:
     leaf: dict[str, Any] = {"kind": "hidden" if name in meta.get(HIDDEN, ()) else "tensor", "name": name}
     if detections:
         leaf["detections"] = True
+    if rows_dim is not None:
+        leaf["rows_dim"] = rows_dim
     if name in meta.get(TRIM, {}):
         leaf["trim"] = dict(meta[TRIM][name])
     return leaf

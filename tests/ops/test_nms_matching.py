@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.ops.nms_matching import assert_detections_match, match_detections, padding_problems
+from tests.ops.nms_matching import assert_detections_match, box_iou, match_detections, padding_problems, same_box
 
 
 def _result() -> tuple[torch.Tensor, ...]:
@@ -48,3 +48,15 @@ def test_padding_problems_flags_non_padding_rows() -> None:
     assert padding_problems(_result()) == []
     assert padding_problems(_edit(labels=((0, 2), 0))) == ["padding rows hold labels other than -1"]
     assert padding_problems(_edit(scores=((0, 2), 0.1))) == ["padding rows hold non-zero boxes or scores"]
+
+
+def test_degenerate_and_thin_boxes_match_when_their_corners_agree() -> None:
+    """IoU cannot pair a zero-width box (clipping makes them) or a 0.14 px thin one that moved by
+    0.001 px; agreeing corners can, and a real move still fails."""
+    line = [0.0, 174.14085, 0.0, 294.87982]
+    assert same_box(line, [0.0, 174.14091, 0.0, 294.87988], 0.99)
+    thin = [194.2793, 273.3397, 200.3851, 273.4810]
+    moved = [194.2782, 273.3407, 200.3841, 273.4820]
+    assert box_iou(thin, moved) < 0.99 and same_box(thin, moved, 0.99)
+    assert not same_box(line, [0.0, 175.0, 0.0, 294.87982], 0.99)
+    assert not same_box(thin, [194.2793, 273.3397, 200.3851, 273.6], 0.99)

@@ -38,3 +38,38 @@ def test_all_tensor_outputs_are_not_modified() -> None:
     result = tensorize_outputs(gm, Settings())
     assert not result.modified
     assert result.graph_module.meta[OUTPUT_LEAVES] == [{"kind": "tensor", "name": "output_0"}]
+
+
+def test_detection_leaves_record_the_dim_of_their_rows() -> None:
+    """A batched NMS output keeps its rows in dim 1; one image's slice of it, in dim 0."""
+    from fxdeploy import ops
+
+    class Model(torch.nn.Module):
+        def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            det_boxes, det_scores, _, _ = ops.multiclass_nms(boxes, scores, keep_top_k=5)
+            return det_boxes, det_boxes[0], det_scores[1], scores
+
+    inputs = (torch.rand(2, 7, 4), torch.rand(2, 7, 3))
+    gm = torch.export.export(Model(), inputs).module()
+    gm.meta[OUTPUT_NAMES] = ["batched", "image0_boxes", "image1_scores", "plain"]
+    leaves = tensorize_outputs(gm, Settings()).graph_module.meta[OUTPUT_LEAVES]
+    assert [(leaf.get("detections", False), leaf.get("rows_dim")) for leaf in leaves] == [
+        (True, 1), (True, 0), (True, 0), (False, None)
+    ]
+
+
+def test_after_two_nms_calls_rows_follow_the_last() -> None:
+    """A two-stage detector: proposals (K=6) feed the final NMS (K=4), whose rows the outputs hold."""
+    from fxdeploy import ops
+
+    class Model(torch.nn.Module):
+        def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            proposals, objectness, _, _ = ops.multiclass_nms(boxes, scores[..., :1], keep_top_k=6)
+            rescored = objectness.unsqueeze(-1) * scores[:, :6]
+            det_boxes, _, _, _ = ops.multiclass_nms(proposals, rescored, keep_top_k=4)
+            return det_boxes[0], proposals
+
+    gm = torch.export.export(Model(), (torch.rand(2, 7, 4), torch.rand(2, 7, 3))).module()
+    gm.meta[OUTPUT_NAMES] = ["boxes", "proposals"]
+    leaves = tensorize_outputs(gm, Settings()).graph_module.meta[OUTPUT_LEAVES]
+    assert [leaf.get("rows_dim") for leaf in leaves] == [0, 1]

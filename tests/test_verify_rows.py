@@ -1,0 +1,42 @@
+"""verify.compare pairs detection rows per image, whether a leaf holds a batch or one image."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fxdeploy.errors import LoweringError
+from fxdeploy.verify import compare
+
+BOXES = torch.tensor([[0.0, 0.0, 10.0, 10.0], [5.0, 5.0, 20.0, 30.0], [1.0, 2.0, 3.0, 4.0]])
+
+
+def _compare(got: torch.Tensor, want: torch.Tensor, flag: bool | int) -> float:
+    return compare("example", [], [got], [want], 1e-4, "onnxruntime", [flag])
+
+
+def test_one_images_rows_pair_in_any_order() -> None:
+    assert _compare(BOXES[[1, 0, 2]], BOXES, 0) == 0.0
+
+
+def test_one_images_rows_are_whole_boxes() -> None:
+    """Row 0 with its x2 and y2 swapped has every coordinate somewhere in the image, but no row."""
+    got = BOXES.clone()
+    got[1] = torch.tensor([5.0, 5.0, 30.0, 20.0])
+    with pytest.raises(LoweringError, match="output #0: image 0 row 1"):
+        _compare(got, BOXES, 0)
+
+
+def test_batched_rows_pair_per_image() -> None:
+    want = torch.stack([BOXES, BOXES.flip(0)])
+    assert _compare(want[:, [2, 0, 1]], want, 1) == 0.0
+    swapped_images = want.flip(0).clone()
+    swapped_images[0, 0] += 1.0  # image 0 no longer holds the same set
+    with pytest.raises(LoweringError, match="image 0"):
+        _compare(swapped_images, want, 1)
+
+
+def test_unrecorded_dim_takes_the_batch_first() -> None:
+    """Manifests written before rows_dim existed flag True: dim 1 of a batched leaf."""
+    want = torch.stack([BOXES, BOXES])
+    assert _compare(want[:, [1, 2, 0]], want, True) == 0.0
