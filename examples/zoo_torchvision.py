@@ -1,14 +1,16 @@
 """torchvision's detectors in the zoo: RetinaNet, FCOS, SSD and Faster R-CNN, ``weights=None``.
 
 torchvision is optional, and has no CPU build on some machines; ``available()`` says why it is
-missing, and nothing here imports it before ``factory()`` runs.
+missing, and nothing here imports it before a factory or ``substitutions()`` runs.
 
 The models run as users call them: ``model(list_of_images)``, with torchvision's own transform,
 backbone, heads, anchors and box coders. Capture goes through torchvision's code unchanged except
-the one step torch.export cannot take with a static output: each model's
-``postprocess_detections``, which filters candidates with boolean masks per image and per level,
-then calls ``torchvision.ops.batched_nms``. Each is substituted (on the model's own instance) by a
-tensor-only version with the same semantics on ``fxdeploy.ops.multiclass_nms``, and an ``unpack``
+the steps torch.export cannot take with a static output: each model's ``postprocess_detections``,
+which filters candidates with boolean masks per image and per level, then calls
+``torchvision.ops.batched_nms``; and for Faster R-CNN also the RPN's proposal filter and the
+per-level RoI pooling. Each is substituted (on the model's own instance; the pooling function for
+the capture only) by a tensor-only version with the same semantics on
+``fxdeploy.ops.multiclass_nms``, and an ``unpack``
 cuts the padding on the host, so the deployed model returns what eager returns: per image a dict
 of ``boxes``, ``scores`` and ``labels`` in eager's order. The list of images has a fixed length,
 so the batch is static per lowering.
