@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 MAX_THREADS = 1024
+MIN_OPSET = 18
 CaptureMode = Literal["auto", "strict", "non_strict"]
 Precision = Literal["fp32", "fp16", "bf16"]
 
@@ -38,8 +39,10 @@ class NMSSettings(_Checked):
 
 @dataclass(frozen=True)
 class OnnxSettings(_Checked):
-    opset: int = 20
-    """ONNX opset of the exported model."""
+    opset: int = 0
+    """ONNX opset of the exported model; 0: the target's (23 on ONNX Runtime and OpenVINO, whose
+    Attention kernels then run each scaled_dot_product_attention as one node; 20 on TensorRT, whose
+    parser reads Attention only from 10.14). From 18 up: fxdeploy's own translations use opset-18 ops."""
     ir_version: int = 10
     """ONNX IR version written; onnxruntime 1.31 reads at most 13, onnx 1.23 writes 14 by default."""
     optimize: bool = True
@@ -50,6 +53,10 @@ class OnnxSettings(_Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.opset != 0 and self.opset < MIN_OPSET:
+            raise ValueError(
+                f"Settings.onnx.opset must be 0 (the target's) or at least {MIN_OPSET}, got {self.opset}"
+            )
         if self.external_data_mib < 0:
             raise ValueError(f"Settings.onnx.external_data_mib must be >= 0, got {self.external_data_mib}")
 

@@ -17,7 +17,7 @@ from tests.helpers import ROOT
 
 PYTHON = Settings(
     threads=3, precision="fp16", verify=False, capture=CaptureSettings(mode="strict"),
-    ncnn=NcnnSettings(fp16=True), onnx=OnnxSettings(opset=17), tensorrt=TensorRTSettings(workspace_gib=1.5),
+    ncnn=NcnnSettings(fp16=True), onnx=OnnxSettings(opset=21), tensorrt=TensorRTSettings(workspace_gib=1.5),
 )
 CONFIG = """
 threads = 3
@@ -28,12 +28,12 @@ mode = "strict"
 [ncnn]
 fp16 = true
 [onnx]
-opset = 17
+opset = 21
 [tensorrt]
 workspace_gib = 1.5
 """
 FLAGS = ["--threads", "3", "--precision", "fp16", "--no-verify", "--capture-mode", "strict", "--ncnn-fp16",
-         "--onnx-opset", "17", "--tensorrt-workspace-gib", "1.5"]
+         "--onnx-opset", "21", "--tensorrt-workspace-gib", "1.5"]
 
 
 def _resolve(argv: list[str]) -> Settings:

@@ -39,10 +39,11 @@ def export_onnx(
     dynamic_shapes: Sequence[dict[int, Any] | None],
     settings: Settings,
     *,
+    opset: int,
     flavour: str = "standard",
     program: torch.export.ExportedProgram | None = None,
 ) -> torch.onnx.ONNXProgram:
-    """Export the (already passed) graph to an ONNX program at the configured IR version.
+    """Export the (already passed) graph to an ONNX program at ``opset`` and the configured IR version.
 
     ``program`` is capture's ExportedProgram, given when no pass changed the graph: it is the same
     graph, so it is exported as is instead of being traced again. The model is not run through
@@ -63,7 +64,7 @@ def export_onnx(
                 input_names=list(input_names),
                 output_names=list(output_names),
                 custom_translation_table=translation_table(flavour),
-                opset_version=settings.onnx.opset,
+                opset_version=opset,
                 optimize=settings.onnx.optimize and settings.precision not in UNOPTIMIZED_PRECISIONS,
                 verbose=False,
                 report=False,

@@ -24,9 +24,13 @@ NOT_INSTALLED = (
 )
 
 
+OPSET = 20
+"""TensorRT's ONNX parser reads ONNX's Attention (opset 23) only from 10.14, and this target supports 10.x."""
+
+
 def tensorrt_onnx(job: LoweringJob) -> Lowered:
     """The ONNX step alone: what the TensorRT parser will see."""
-    return lower_onnx(job, flavour=job.settings.tensorrt.nms_flavour)
+    return lower_onnx(job, flavour=job.settings.tensorrt.nms_flavour, opset=OPSET)
 
 
 def lower(job: LoweringJob) -> Lowered:
