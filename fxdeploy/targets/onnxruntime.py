@@ -10,7 +10,6 @@ from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
 from fxdeploy.targets import Lowered, LoweringJob, Target
 
-
 OPSET = 23
 """ONNX's Attention (opset 23) carries each scaled_dot_product_attention as one node, which ONNX
 Runtime and OpenVINO run as one kernel where opset 20 spells it out in six to ten (on the zoo's

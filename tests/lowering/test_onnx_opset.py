@@ -101,5 +101,6 @@ def test_tensorrt_onnx_stays_at_opset_20(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("opset", [1, 17])
 def test_an_opset_below_the_translations_is_refused(opset: int) -> None:
-    with pytest.raises(ValueError, match=rf"Settings.onnx.opset must be 0 \(the target's\) or at least 18, got {opset}"):
+    expected = rf"Settings.onnx.opset must be 0 \(the target's\) or at least 18, got {opset}"
+    with pytest.raises(ValueError, match=expected):
         OnnxSettings(opset=opset)
