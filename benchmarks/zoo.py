@@ -111,11 +111,11 @@ def round_ratios(ours: dict[str, Any], peer: dict[str, Any]) -> list[float]:
 
 
 def ratio_spread(ratios: list[float]) -> str:
-    """The 10th-90th percentile of the per-round ratios ("-" without them)."""
+    """The median and the 10th-90th percentile of the per-round ratios ("-" without them)."""
     if len(ratios) < 3:
         return "-"
-    low, high = np.percentile(ratios, [10, 90])
-    return f"{low:.2f}-{high:.2f}"
+    low, middle, high = np.percentile(ratios, [10, 50, 90])
+    return f"{middle:.2f} ({low:.2f}-{high:.2f})"
 
 
 def bars_line(document: dict[str, Any]) -> str:
@@ -181,9 +181,10 @@ def readme_section(documents: list[dict[str, Any]], command: str, detections: di
     lines += [
         "", "Bars (PERF.md): the best fxdeploy target at least 2x faster than eager on the CNNs, and no "
         "slower than the best peer (fastest peer row that matches eager) on every model.", "",
-        "The per-round column is the spread (10th-90th percentile) of the ratio taken round by round: "
-        "in each interleaved round the two rows ran side by side, so a spread that straddles 1.00 is a "
-        "gap this machine's drift can produce or hide; the verdicts use the medians over all calls.", "",
+        "The per-round column is the ratio taken round by round, its median and its spread (10th-90th "
+        "percentile): in each interleaved round the two rows ran side by side, so it pairs calls made in "
+        "the same machine state, and a spread that straddles 1.00 is a gap this machine's drift can "
+        "produce or hide. The verdicts use the medians over all calls (the x best peer column).", "",
         "| model | eager ms | best fxdeploy ms | x eager | best peer ms | x best peer | per-round x peer "
         "| >= 2x vs eager | <= 1.0x peer |",
         "|---|---:|---|---:|---|---:|---:|---|---|",

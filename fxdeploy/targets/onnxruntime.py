@@ -12,8 +12,8 @@ from fxdeploy.targets import Lowered, LoweringJob, Target
 
 OPSET = 23
 """ONNX's Attention (opset 23) carries each scaled_dot_product_attention as one node, which ONNX
-Runtime and OpenVINO run as one kernel where opset 20 spells it out in six to ten (on the zoo's
-transformers, OpenVINO ran 3-8% faster, ONNX Runtime the same to 4% faster; benchmarks/README.md)."""
+Runtime and OpenVINO run as one kernel where opset 20 spells it out in six to ten (the zoo's four
+transformers ran 0.3-8.5% faster on both, never slower: benchmarks/opset_bench.py)."""
 
 
 def lower_onnx(job: LoweringJob, *, flavour: str = "standard", opset: int = OPSET) -> Lowered:

@@ -44,8 +44,10 @@ def test_spread_straddling_one_is_reported_with_the_median_verdict(zoo: Any) -> 
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[2] == "fxdeploy:openvino 10.30" and cells[4] == "peer:onnx-export+ort 10.00"
     assert cells[5] == "1.03x"
-    low, high = (float(v) for v in cells[6].split("-"))
-    assert low < 1.0 < high
+    middle, spread = cells[6].split(" ")
+    low, high = (float(v) for v in spread.strip("()").split("-"))
+    assert low < float(middle) < high and low < 1.0 < high
+    assert abs(float(middle) - 1.015) < 0.006  # the median of the ten per-round ratios, 2 decimals
     assert cells[7] == "**no**" and cells[8] == "**no**"  # 0.52x eager on a CNN; 1.03x the peer
 
 
