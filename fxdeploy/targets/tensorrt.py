@@ -25,7 +25,7 @@ NOT_INSTALLED = (
 
 
 OPSET = 20
-"""TensorRT's ONNX parser reads ONNX's Attention (opset 23) only from 10.14, and this target supports 10.x."""
+"""TensorRT's ONNX parser reads ONNX's Attention (opset 23) only from 10.14; this target also runs on earlier 10.x."""
 
 
 def tensorrt_onnx(job: LoweringJob) -> Lowered:
