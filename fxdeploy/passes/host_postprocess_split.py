@@ -29,12 +29,17 @@ _aten = torch.ops.aten
 _HOST_ONLY = frozenset({
     _aten.gt, _aten.ge, _aten.lt, _aten.le, _aten.eq, _aten.ne, _aten.where, _aten.logical_and,
     _aten.logical_or, _aten.logical_xor, _aten.logical_not, _aten.bitwise_not, _aten.to, _aten._to_copy,
-    _aten.argmax, _aten.argmin,
+    _aten.argmax, _aten.argmin, _aten.topk, _aten.sort, _aten.zeros_like, _aten.ones_like, _aten.full_like,
 })
-"""Ops without an ncnn layer (its ArgMax reduces the whole blob, not an axis): where they feed only
-the tail, they run on the host with it."""
-_VIEWS = frozenset({_aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view})
-"""Moved with those ops when between them and the NMS, never on their own."""
+"""Ops without an ncnn layer (its ArgMax reduces the whole blob, not an axis; it has no TopK or
+sort): where they feed only the tail, they run on the host with it. A candidate selection ahead of
+the NMS (the k-th best score per level, and the scores below it zeroed) is made of them."""
+_VIEWS = frozenset({
+    _aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view, _aten.slice,
+    _aten.select, _aten.flatten, _aten.expand, operator.getitem,
+})
+"""Moved with those ops when between them and the NMS, never on their own (``getitem`` picks one
+output of a multi-output op, topk's values)."""
 _MOVABLE = _HOST_ONLY | _VIEWS
 
 _SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
@@ -58,7 +63,7 @@ def host_postprocess_split(gm: GraphModule, settings: Settings) -> PassResult:
         return PassResult(gm, False)
     tail = _descendants(nms)
     tail |= _host_only_inputs(tail)
-    recompute = _sizes_to_recompute(tail)
+    recompute = _to_recompute(tail, _input_free(gm))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     output = next(n for n in gm.graph.nodes if n.op == "output")
     compute = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
@@ -121,13 +126,12 @@ def _host_only_inputs(tail: set[Node]) -> set[Node]:
     stack = [a for n in tail for a in n.all_input_nodes]
     while stack:
         node = stack.pop()
-        packet = getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
-        if node in tail or node in pulled or packet not in _MOVABLE:
+        if node in tail or node in pulled or _packet(node) not in _MOVABLE:
             continue
         if all(u in tail or u in pulled for u in node.users):
             pulled.add(node)
             stack.extend(node.all_input_nodes)
-    views = {n for n in pulled if n.target.overloadpacket in _VIEWS}
+    views = {n for n in pulled if _packet(n) in _VIEWS}
     while True:  # a view with no moved op behind it stays in the engine
         alone = {v for v in views if not any(a in pulled for a in v.all_input_nodes)}
         if not alone:
@@ -136,10 +140,22 @@ def _host_only_inputs(tail: set[Node]) -> set[Node]:
         views -= alone
 
 
-def _sizes_to_recompute(tail: set[Node]) -> set[Node]:
-    """Engines return tensors only: sizes (SymInts) the tail needs are recomputed on the host.
+def _packet(node: Node) -> object:
+    """The op a call node runs, overloads aside (``aten.topk`` for ``aten.topk.default``)."""
+    if node.op != "call_function":
+        return None
+    return operator.getitem if node.target is operator.getitem else getattr(node.target, "overloadpacket", None)
 
-    They are copied, not moved, since the head may need the same size (a reshape by batch).
+
+def _to_recompute(tail: set[Node], input_free: set[Node]) -> set[Node]:
+    """What the tail needs that the engine cannot hand over, recomputed on the host:
+
+    - sizes (SymInts): engines return tensors only;
+    - values computed without the inputs (anchors made from aranges over static feature sizes, a
+      transform's 0-d resize ratios): they have no batch dim, while ncnn's engine outputs are per
+      image.
+
+    They are copied, not moved, since the head may need the same value (a reshape by batch).
     """
     recompute: set[Node] = set()
     stack = [a for n in tail for a in n.all_input_nodes]
@@ -147,11 +163,36 @@ def _sizes_to_recompute(tail: set[Node]) -> set[Node]:
         node = stack.pop()
         if node in tail or node in recompute or node.op in ("placeholder", "get_attr"):
             continue
-        if not isinstance(node.meta.get("val"), _SIZES):
-            continue  # a tensor (or an unknown value): the engine hands it over as an output
+        if not (isinstance(node.meta.get("val"), _SIZES) or node in input_free):
+            continue  # a tensor computed from the inputs: the engine hands it over as an output
         recompute.add(node)
         stack.extend(node.all_input_nodes)
     return recompute
+
+
+def _input_free(gm: GraphModule) -> set[Node]:
+    """Call nodes whose value does not depend on any input, and that compute it the same way on
+    every call: no random op (it would draw once per graph, not per call), nothing mutated."""
+    free: set[Node] = set()
+    mutated = {
+        a for n in gm.graph.nodes if n.op == "call_function" and _mutates(n) for a in n.all_input_nodes
+    }
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node in mutated or _mutates(node) or _random(node):
+            continue
+        if all(a in free or a.op == "get_attr" for a in node.all_input_nodes):
+            free.add(node)
+    return free
+
+
+def _mutates(node: Node) -> bool:
+    """``detach_`` only drops autograd history (export writes one after each ``torch.tensor(...)``)."""
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable) and node.target is not _aten.detach_.default
+
+
+def _random(node: Node) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
 def _prune_unused(head_nodes: list[Node], recompute: set[Node]) -> list[Node]:

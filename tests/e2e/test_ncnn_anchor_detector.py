@@ -1,0 +1,101 @@
+"""An anchor-based detector on ncnn: what torchvision's detectors do around their NMS, in small.
+
+- anchors made in ``forward`` from aranges over the static feature size (AnchorGenerator);
+- a candidate selection before the NMS: per class, the scores below the k-th best zeroed
+  (``topk``, a slice of its values, ``ge``, ``where``, ``zeros_like``), none of which ncnn has;
+- after the NMS, boxes scaled by a 0-d ratio of two ``torch.tensor`` sizes (the transform's
+  ``postprocess``).
+
+ncnn runs one image at a time and hands over per-image outputs, so the input-free values the tail
+needs are recomputed on the host, and the candidate selection moves there with the NMS.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import fxdeploy
+from fxdeploy.passes import op_histogram
+from tests.ops.nms_matching import assert_detections_match, padding_problems
+
+CLASSES, TOP_K, KEEP, STRIDE = 3, 12, 20, 4
+
+
+class AnchorDetector(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=STRIDE, padding=1)
+        self.head = nn.Conv2d(8, 4 + CLASSES, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.head(torch.relu(self.conv(x))).flatten(2).transpose(1, 2)  # [B, A, 4 + C]
+        height, width = x.shape[2] // STRIDE, x.shape[3] // STRIDE
+        ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+        centers = (torch.stack([xs, ys], -1).reshape(1, -1, 2).float() + 0.5) * STRIDE
+        anchors = torch.cat([centers - 6.0, centers + 6.0], -1)  # [1, A, 4], from no input
+        boxes = anchors + out[..., :4] * 2.0
+        scores = out[..., 4:].sigmoid()
+        kth = scores.topk(TOP_K, dim=1).values[:, -1:, :]  # per image and class
+        scores = torch.where(scores >= kth, scores, torch.zeros_like(scores))
+        det_boxes, det_scores, labels, num = fxdeploy.ops.multiclass_nms(
+            boxes, scores, iou_threshold=0.5, score_threshold=0.2, keep_top_k=KEEP
+        )
+        ratio = torch.tensor(64.0) / torch.tensor(32.0)  # original size over the network's
+        return det_boxes * ratio, det_scores, labels, num
+
+
+@pytest.fixture(scope="module")
+def lowered() -> tuple[nn.Module, fxdeploy.Deployed]:
+    status = fxdeploy.targets()["ncnn"]
+    if not status.available:
+        pytest.skip(f"ncnn: {status.reason}")
+    torch.manual_seed(0)
+    model = AnchorDetector().eval()
+    x = torch.randn(2, 3, 32, 32)
+    return model, fxdeploy.lower(model, (x,), target="ncnn", dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+
+
+def test_anchor_detector_matches_eager_on_ncnn(lowered: tuple[nn.Module, fxdeploy.Deployed]) -> None:
+    model, deployed = lowered
+    generator = torch.Generator().manual_seed(1)
+    for batch in (1, 3):
+        x = torch.randn(batch, 3, 32, 32, generator=generator)
+        with torch.no_grad():
+            want = model(x)
+        got = deployed(x)
+        assert int(want[3].sum()) > batch  # detections to compare, not only padding
+        assert_detections_match(want, got, score_atol=1e-3)
+        assert not padding_problems(got)
+
+
+def test_the_engine_hands_over_raw_boxes_and_scores_only(lowered: tuple[nn.Module, fxdeploy.Deployed]) -> None:
+    """Per image (ncnn's blobs have no batch): [A, 4] boxes and [A, C] scores, nothing input-free."""
+    _, deployed = lowered
+    anchors = (32 // STRIDE) ** 2
+    heads = deployed.manifest["info"]["ncnn"]["head_outputs"]
+    assert sorted(h["shape"] for h in heads) == sorted([[anchors, 4], [anchors, CLASSES]])
+    assert "host_postprocess_split" in deployed.report.fired
+
+
+def test_the_tail_holds_the_selection(lowered: tuple[nn.Module, fxdeploy.Deployed]) -> None:
+    del lowered
+    from fxdeploy.capture import capture
+    from fxdeploy.passes.base import run_pipeline
+    from fxdeploy.passes.host_postprocess_split import split_parts
+    from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES
+    from fxdeploy.targets import get_target
+
+    torch.manual_seed(0)
+    settings = fxdeploy.Settings()
+    captured = capture(AnchorDetector().eval(), (torch.randn(2, 3, 32, 32),), settings=settings)
+    gm = captured.graph_module
+    gm.meta[OUTPUT_NAMES] = captured.output_names
+    gm, _ = run_pipeline(gm, get_target("ncnn").pipeline, settings)
+    parts = split_parts(gm)
+    assert parts is not None
+    head, tail = op_histogram(parts.head), op_histogram(parts.tail)
+    for op in ("aten.topk.default", "aten.ge.Tensor", "aten.where.self", "aten.zeros_like.default"):
+        assert op in tail and op not in head, op
+    assert "aten.div.Tensor" in tail  # the 0-d ratio, recomputed on the host
