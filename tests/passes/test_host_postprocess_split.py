@@ -119,3 +119,49 @@ def test_host_only_ops_feeding_the_tail_move_with_it() -> None:
     inputs = _inputs()
     for got, want in zip(split(*inputs), reference(*inputs), strict=True):
         assert torch.equal(got, want)
+
+
+def scaled_detections_graph(make_scale: str) -> torch.fx.GraphModule:
+    """NMS detections times a value made without the inputs: a ratio of two constants, a random
+    draw, or a constant filled in place."""
+
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node, ...]:
+        scores = g.call_function(aten.sigmoid.default, (xs[1],))
+        nms = g.call_function(torch.ops.fxdeploy.multiclass_nms.default,
+                              (xs[0], scores, 0.5, 0.05, 200, -1, 10, -1, False))
+        det_boxes, num = (g.call_function(operator.getitem, (nms, i)) for i in (0, 3))
+        if make_scale == "ratio":
+            scale = g.call_function(aten.div.Tensor, (g.call_function(aten.scalar_tensor.default, (64.0,)),
+                                                      g.call_function(aten.scalar_tensor.default, (32.0,))))
+        elif make_scale == "random":
+            scale = g.call_function(aten.rand.default, ([],), {"dtype": torch.float32})
+        else:
+            scale = g.call_function(aten.fill_.Scalar, (g.call_function(aten.zeros.default, ([],)), 2.0))
+        return g.call_function(aten.mul.Tensor, (det_boxes, scale)), num
+
+    return build(body, 2, list(_inputs()))
+
+
+def test_a_value_made_without_the_inputs_is_recomputed_in_the_tail() -> None:
+    """ncnn's engine outputs are per image; a 0-d ratio (or anchors) has no batch to hand over."""
+    gm = scaled_detections_graph("ratio")
+    reference = copy.deepcopy(gm)
+    split = host_postprocess_split(gm, Settings()).graph_module
+    parts = split_parts(split)
+    assert parts is not None
+    assert "aten.div.Tensor" in op_histogram(parts.tail) and "aten.div.Tensor" not in op_histogram(parts.head)
+    head_outputs = next(n for n in parts.head.graph.nodes if n.op == "output").args[0]
+    assert [n.target for n in head_outputs] == [aten.sigmoid.default]
+    inputs = _inputs()
+    for got, want in zip(split(*inputs), reference(*inputs), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_random_or_mutated_values_are_not_recomputed() -> None:
+    """A random draw would be drawn again on the host, and an in-place fill is not a pure value:
+    both stay engine outputs (which the ncnn lowering then refuses, naming the shape)."""
+    for make_scale, op in (("random", "aten.rand.default"), ("in_place", "aten.fill_.Scalar")):
+        split = host_postprocess_split(scaled_detections_graph(make_scale), Settings()).graph_module
+        parts = split_parts(split)
+        assert parts is not None
+        assert op in op_histogram(parts.head) and op not in op_histogram(parts.tail), make_scale
