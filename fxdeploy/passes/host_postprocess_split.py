@@ -36,10 +36,10 @@ sort): where they feed only the tail, they run on the host with it. A candidate 
 the NMS (the k-th best score per level, and the scores below it zeroed) is made of them."""
 _VIEWS = frozenset({
     _aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view, _aten.slice,
-    _aten.select, _aten.flatten, _aten.expand, operator.getitem,
+    _aten.select, _aten.flatten, _aten.expand, _aten.view_as, _aten.cat, operator.getitem,
 })
 """Moved with those ops when between them and the NMS, never on their own (``getitem`` picks one
-output of a multi-output op, topk's values)."""
+output of a multi-output op, topk's values; ``cat`` joins per-level selections)."""
 _MOVABLE = _HOST_ONLY | _VIEWS
 
 _SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)

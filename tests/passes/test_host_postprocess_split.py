@@ -165,3 +165,46 @@ def test_random_or_mutated_values_are_not_recomputed() -> None:
         parts = split_parts(split)
         assert parts is not None
         assert op in op_histogram(parts.head) and op not in op_histogram(parts.tail), make_scale
+
+
+def per_level_selection_graph() -> torch.fx.GraphModule:
+    """RetinaNet-style scores: per level, the scores below the level's k-th best zeroed, then the
+    levels joined; every op of it feeds only the NMS."""
+
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node, ...]:
+        levels = []
+        for start, end in ((0, 10), (10, 30)):
+            level = g.call_function(aten.sigmoid.default, (g.call_function(aten.slice.Tensor, (xs[1], 1, start, end)),))
+            flat = g.call_function(aten.flatten.using_ints, (level, 1))
+            top = g.call_function(aten.topk.default, (flat, 5, 1))
+            kth = g.call_function(aten.slice.Tensor, (g.call_function(operator.getitem, (top, 0)), 1, -1))
+            keep = g.call_function(aten.ge.Tensor, (flat, kth))
+            kept = g.call_function(aten.where.self, (keep, flat, g.call_function(aten.zeros_like.default, (flat,))))
+            levels.append(g.call_function(aten.view_as.default, (kept, level)))
+        scores = g.call_function(aten.cat.default, (levels, 1))
+        nms = g.call_function(torch.ops.fxdeploy.multiclass_nms.default,
+                              (xs[0], scores, 0.5, 0.05, 200, -1, 10, -1, False))
+        return tuple(g.call_function(operator.getitem, (nms, i)) for i in range(4))
+
+    return build(body, 2, list(_inputs()))
+
+
+def test_a_per_level_candidate_selection_moves_to_the_host() -> None:
+    """ncnn has no TopK: the selection runs on the host, the engine hands over each level's scores
+    (in the view the selection reads them through)."""
+    gm = per_level_selection_graph()
+    reference = copy.deepcopy(gm)
+    split = host_postprocess_split(gm, Settings()).graph_module
+    parts = split_parts(split)
+    assert parts is not None
+    head, tail = op_histogram(parts.head), op_histogram(parts.tail)
+    moved = {"aten.topk.default", "aten.ge.Tensor", "aten.where.self", "aten.zeros_like.default",
+             "aten.view_as.default", "aten.cat.default"}
+    assert moved <= set(tail) and not moved & set(head), (head, tail)
+    # the flatten is a view of engine compute with no moved op behind it: it stays in the engine;
+    # view_as reads its level's shape, so the level goes over too
+    head_outputs = next(n for n in parts.head.graph.nodes if n.op == "output").args[0]
+    assert sorted(str(n.target) for n in head_outputs) == ["aten.flatten.using_ints"] * 2 + ["aten.sigmoid.default"] * 2
+    inputs = _inputs()
+    for got, want in zip(split(*inputs), reference(*inputs), strict=True):
+        assert torch.equal(got, want)

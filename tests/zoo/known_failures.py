@@ -49,13 +49,17 @@ HW_CAPTURE_FAILS: dict[str, str] = {
 
 
 _TORCHVISION_NCNN = (
-    "torchvision's detectors compute their anchors inside forward (AnchorGenerator: 0-d strides and aranges "
-    "over the static feature sizes), and the NMS on the host needs them; ncnn's engine outputs are per image "
-    "(dim 0 the batch), so lower() raises LoweringError ('engine output ... must have the batch as dim 0'). "
-    "Recomputing such input-free values on the host (tried) only reaches the next two: the per-level top-k "
-    "ahead of NMS leaves torch.topk, torch.ge, torch.where, Tensor.slice, view_as and unbind, which ncnn has "
-    "no layer for, in the engine part; and a list of images fixes the batch, while ncnn traces at batch 1 "
-    "(batch 2 cannot lower). Needs the host split to take the candidate selection and input-free values"
+    "what fxdeploy's host split has to take now runs on the host: the anchors and the transform's 0-d resize "
+    "ratios, made without the inputs, are recomputed there, and the candidate selection ahead of the NMS "
+    "(topk, ge, where, zeros_like, view_as, cat) moves there with it (tests/e2e/test_ncnn_anchor_detector.py). "
+    "What remains is torchvision's own code ahead of them, which pnnx leaves as ops ncnn has no layer for "
+    "(LoweringError at check_layers): strided slices (BoxCoder.decode_single's rel_codes[:, 0::4], "
+    "clip_boxes_to_image's boxes[..., 0::2]) and selects on the batch axis (GeneralizedRCNNTransform: "
+    "interpolate(image[None])[0], batched_imgs[i].copy_(img); the wrapper's unbind of the batch); Faster "
+    "R-CNN's second stage adds gather, index and eq. Tried on SSD at batch 1, outside the repository: with "
+    "those rewritten (contiguous slices, a select of a size-1 axis as a squeeze) it lowers and runs, but its "
+    "detections differ from eager's (a box 48 px off; pnnx may drop the in-place copy into the padded batch). "
+    "At batch 2 a list of images fixes the batch, and ncnn traces at batch 1 (LoweringError at trace)"
 )
 TORCHVISION_FAILURES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
     (name, "ncnn"): (_TORCHVISION_NCNN, LoweringError) for name in ("retinanet", "fcos", "ssd", "faster_rcnn")
