@@ -3,8 +3,10 @@
 The *head* (everything that does not depend on a ``multiclass_nms`` output) stays for the
 engine; the *tail* (each ``multiclass_nms`` node and everything that depends on it) runs on the
 host, inside the runtime layer, behind the same ``execute``. The tail also takes the comparisons,
-selects, casts and argmaxes that feed only the tail (a keep mask made into NMS scores, the labels
-gathered after it): ncnn has no layer for them. The result is a GraphModule with two
+selects, casts, argmaxes and top-ks that feed only the tail (a keep mask made into NMS scores, the
+labels gathered after it, a per-level candidate selection): ncnn has no layer for them. Values the
+tail needs that the engine cannot hand over are recomputed in the tail: sizes, and values made
+without the inputs (anchors, resize ratios), which have no batch axis. The result is a GraphModule with two
 submodules, ``engine_head`` and ``host_tail``, called one after the other, so the passed graph
 still runs in PyTorch (verification) and a lowering finds both halves with ``split_parts``.
 """
