@@ -174,7 +174,8 @@ def _to_recompute(tail: set[Node], input_free: set[Node]) -> set[Node]:
 
 def _input_free(gm: GraphModule) -> set[Node]:
     """Call nodes whose value does not depend on any input, and that compute it the same way on
-    every call: no random op (it would draw once per graph, not per call), nothing mutated."""
+    every call: nothing mutated in place, and no random op (on the host it would draw from the
+    caller's torch generator on every call: left as it is, the lowering names it instead)."""
     free: set[Node] = set()
     mutated = {
         a for n in gm.graph.nodes if n.op == "call_function" and _mutates(n) for a in n.all_input_nodes
