@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-    import tempfile
-
     lines = [
         "| model | target | Attention nodes (20 / 23) | opset 20 ms | opset 23 ms | 23 / 20 (medians) "
         "| 23 / 20 per round: median (p10-p90) |",

@@ -9,7 +9,7 @@ import torch
 
 import fxdeploy.ops  # noqa: F401  (defines torch.ops.fxdeploy.*)
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.host_postprocess_split import host_postprocess_split, split_parts
+from fxdeploy.passes.host_postprocess_split import SplitParts, host_postprocess_split, split_parts
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
 
@@ -40,6 +40,22 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
     corners = torch.rand(2, 30, 2, generator=generator) * 50
     boxes = torch.cat([corners, corners + 5 + torch.rand(2, 30, 2, generator=generator) * 20], -1)
     return boxes, torch.randn(2, 30, 3, generator=generator)
+
+
+def split_matching_the_original(gm: torch.fx.GraphModule) -> SplitParts:
+    """Split ``gm``; the split graph must give the unsplit graph's outputs, value for value."""
+    reference = copy.deepcopy(gm)
+    split = host_postprocess_split(gm, Settings()).graph_module
+    parts = split_parts(split)
+    assert parts is not None
+    inputs = _inputs()
+    for got, want in zip(split(*inputs), reference(*inputs), strict=True):
+        assert torch.equal(got, want)
+    return parts
+
+
+def head_outputs(parts: SplitParts) -> list[torch.fx.Node]:
+    return list(next(n for n in parts.head.graph.nodes if n.op == "output").args[0])
 
 
 def test_nms_and_its_consumers_move_to_the_host_tail() -> None:
@@ -106,19 +122,12 @@ def keep_mask_graph() -> torch.fx.GraphModule:
 def test_host_only_ops_feeding_the_tail_move_with_it() -> None:
     """ncnn has no comparison, cast or per-axis argmax layer: where they feed only the tail they run
     on the host; a view of engine compute (the boxes' unsqueeze) and the shared amax stay in the engine."""
-    gm = keep_mask_graph()
-    reference = copy.deepcopy(gm)
-    split = host_postprocess_split(gm, Settings()).graph_module
-    parts = split_parts(split)
-    assert parts is not None
+    parts = split_matching_the_original(keep_mask_graph())
     head, tail = op_histogram(parts.head), op_histogram(parts.tail)
     moved = {"aten.gt.Scalar", "aten.to.dtype", "aten.argmax.default"}
     assert moved <= set(tail) and not moved & set(head), (head, tail)
     assert tail["aten.unsqueeze.default"] == 1 and head["aten.unsqueeze.default"] == 1
     assert {"aten.softmax.int", "aten.amax.default", "aten.mul.Tensor"} <= set(head)
-    inputs = _inputs()
-    for got, want in zip(split(*inputs), reference(*inputs), strict=True):
-        assert torch.equal(got, want)
 
 
 def scaled_detections_graph(make_scale: str) -> torch.fx.GraphModule:
@@ -144,17 +153,9 @@ def scaled_detections_graph(make_scale: str) -> torch.fx.GraphModule:
 
 def test_a_value_made_without_the_inputs_is_recomputed_in_the_tail() -> None:
     """ncnn's engine outputs are per image; a 0-d ratio (or anchors) has no batch to hand over."""
-    gm = scaled_detections_graph("ratio")
-    reference = copy.deepcopy(gm)
-    split = host_postprocess_split(gm, Settings()).graph_module
-    parts = split_parts(split)
-    assert parts is not None
+    parts = split_matching_the_original(scaled_detections_graph("ratio"))
     assert "aten.div.Tensor" in op_histogram(parts.tail) and "aten.div.Tensor" not in op_histogram(parts.head)
-    head_outputs = next(n for n in parts.head.graph.nodes if n.op == "output").args[0]
-    assert [n.target for n in head_outputs] == [aten.sigmoid.default]
-    inputs = _inputs()
-    for got, want in zip(split(*inputs), reference(*inputs), strict=True):
-        assert torch.equal(got, want)
+    assert [n.target for n in head_outputs(parts)] == [aten.sigmoid.default]
 
 
 def test_random_or_mutated_values_are_not_recomputed() -> None:
@@ -192,19 +193,12 @@ def per_level_selection_graph() -> torch.fx.GraphModule:
 def test_a_per_level_candidate_selection_moves_to_the_host() -> None:
     """ncnn has no TopK: the selection runs on the host, the engine hands over each level's scores
     (in the view the selection reads them through)."""
-    gm = per_level_selection_graph()
-    reference = copy.deepcopy(gm)
-    split = host_postprocess_split(gm, Settings()).graph_module
-    parts = split_parts(split)
-    assert parts is not None
+    parts = split_matching_the_original(per_level_selection_graph())
     head, tail = op_histogram(parts.head), op_histogram(parts.tail)
     moved = {"aten.topk.default", "aten.ge.Tensor", "aten.where.self", "aten.zeros_like.default",
              "aten.view_as.default", "aten.cat.default"}
     assert moved <= set(tail) and not moved & set(head), (head, tail)
     # the flatten is a view of engine compute with no moved op behind it: it stays in the engine;
     # view_as reads its level's shape, so the level goes over too
-    head_outputs = next(n for n in parts.head.graph.nodes if n.op == "output").args[0]
-    assert sorted(str(n.target) for n in head_outputs) == ["aten.flatten.using_ints"] * 2 + ["aten.sigmoid.default"] * 2
-    inputs = _inputs()
-    for got, want in zip(split(*inputs), reference(*inputs), strict=True):
-        assert torch.equal(got, want)
+    levels = sorted(str(n.target) for n in head_outputs(parts))
+    assert levels == ["aten.flatten.using_ints"] * 2 + ["aten.sigmoid.default"] * 2
