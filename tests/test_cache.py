@@ -111,6 +111,39 @@ def test_changing_the_runtime_version_misses(convnet: Any, tmp_path: Path, monke
     assert not hit and build.calls == 2
 
 
+def test_changing_fxdeploys_source_misses(convnet: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed pass or lowering rebuilds even where fxdeploy's version number stayed put."""
+    model, inputs, deployed = convnet
+    build = Builds(lambda: deployed)
+    lower_cached(model, inputs, build, tmp_path)
+    assert lower_cached(model, inputs, build, tmp_path)[1]
+    cache_keys.environment.cache_clear()
+    monkeypatch.setattr(cache_keys, "source_digest", lambda: "0" * 64)
+    try:
+        _, hit = lower_cached(model, inputs, build, tmp_path)
+    finally:
+        cache_keys.environment.cache_clear()
+    assert not hit and build.calls == 2
+
+
+def test_the_source_digest_follows_file_contents_and_names(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "passes").mkdir(parents=True)
+    (package / "passes" / "a.py").write_text("x = 1\n")
+    (package / "notes.txt").write_text("not source")
+    digest = cache_keys.source_digest.__wrapped__
+    first = digest(package)
+    assert digest(package) == first
+    (package / "notes.txt").write_text("still not source")
+    assert digest(package) == first
+    (package / "passes" / "a.py").write_text("x = 2\n")
+    changed = digest(package)
+    assert changed != first
+    (package / "passes" / "a.py").rename(package / "passes" / "b.py")
+    assert digest(package) not in (first, changed)
+    assert cache_keys.source_digest() == digest(Path(fxdeploy.__file__).parent)
+
+
 def test_the_model_fingerprint_sees_weights_attributes_and_shapes() -> None:
     model, inputs = models.convnet()
     subs = substitution.resolve(None)

@@ -10,7 +10,8 @@ a hit cost capture + hash + load, about 9.4 s: 4x faster, short of the 10x bar. 
 keys on the model *before* capture (``fingerprint.model_parts``, 0.23 s on ResNet-50): its
 weights, every submodule's class, plain attributes and hooks, the source files defining those
 classes, package versions, input structure/dtypes/shapes, ``dynamic_shapes``, substitutions,
-the settings (less ``settings.cache``), the target, its runtime version, fxdeploy/torch/onnx
+the settings (less ``settings.cache``), the target, its runtime version, fxdeploy's version and
+a digest of its source (a changed pass or lowering rebuilds), the torch/onnx/onnxscript/pnnx
 versions, the CPU architecture and the GPU name. A hit then costs fingerprint 0.3 s + hash check
 0.2 s + runtime session 0.6-1.5 s: 1.2-2.0 s against 35-42 s, 18-34x (benchmarks/cache_bench.py).
 

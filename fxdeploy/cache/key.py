@@ -20,6 +20,9 @@ from fxdeploy.version import __version__
 
 KEY_FORMAT = 1
 """Bumped when the key's recipe changes, so old entries are never read under a new meaning."""
+_PACKAGE = Path(__file__).resolve().parent.parent
+_LOWERING_STACK = ("torch", "onnx", "onnxscript", "pnnx")
+"""Distributions that write artifacts; each target's runtime version is keyed separately."""
 
 
 def cache_key(*, target: str, settings: Mapping[str, Any], parts: Mapping[str, Any]) -> str:
@@ -52,13 +55,26 @@ def runtime_version(target: str) -> str | None:
 def environment() -> dict[str, Any]:
     """What else decides an artifact: the lowering stack's versions and the machine."""
     versions = {}
-    for dist in ("torch", "onnx", "onnxscript"):
+    for dist in _LOWERING_STACK:
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
-        "fxdeploy": __version__, "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **versions,
+        "fxdeploy": __version__, "fxdeploy_source": source_digest(), "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **versions,
         "machine": platform.machine(), "system": platform.system(), "gpu": gpu,
     }
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest(package: Path = _PACKAGE) -> str:
+    """sha256 over fxdeploy's own Python files (paths and contents): a change to a pass or a lowering
+    changes what gets built, and the version number does not move with every such change (an
+    artifact cached before opset 23 was the default kept being served at opset 20). Hashing the
+    package's ~100 files takes a few ms, once per process."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
