@@ -62,7 +62,8 @@ def environment() -> dict[str, Any]:
             versions[dist] = None
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
-        "fxdeploy": __version__, "fxdeploy_source": source_digest(), "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **versions,
+        "fxdeploy": __version__, "fxdeploy_source": source_digest(),
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **versions,
         "machine": platform.machine(), "system": platform.system(), "gpu": gpu,
     }
 
