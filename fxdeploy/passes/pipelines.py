@@ -9,6 +9,7 @@ from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
+from fxdeploy.passes.strided_slices import strided_slices
 from fxdeploy.passes.substitute_nms import substitute_nms
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 
@@ -22,9 +23,11 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 ONNX: tuple[Pass, ...] = (*CLEANUP, substitute_nms, precision_policy, tensorize_outputs)
 TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # ncnn: no precision policy (ncnn's own fp16 switches set the precision, engine-wide), then the
-# pnnx workaround (it changes no outputs), then the host split last: it cuts the final graph, so
-# it must see the final outputs and every NMS.
-NCNN: tuple[Pass, ...] = (*CLEANUP, substitute_nms, tensorize_outputs, float_attention_mask, host_postprocess_split)
+# pnnx/ncnn workarounds (they change no outputs), then the host split last: it cuts the final
+# graph, so it must see the final outputs and every NMS.
+NCNN: tuple[Pass, ...] = (
+    *CLEANUP, substitute_nms, tensorize_outputs, float_attention_mask, strided_slices, host_postprocess_split,
+)
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {
     "onnxruntime": ONNX,
