@@ -22,7 +22,8 @@ NCNN_FIXED_HW: dict[str, str] = {
     "detr_small": (
         "with a dynamic H/W, DETR computes its sine position embedding and pixel mask from the input size at run "
         "time; pnnx keeps those ops dynamic and ncnn has no layer for them (torch.arange, torch.ones, torch.where, "
-        "torch.ge, Tensor.index/slice/expand/to, pnnx.Expression), so lower() raises LoweringError at "
+        "torch.ge, torch.flatten, torch.unbind, Tensor.index/expand/reshape/to, pnnx.Expression; the embedding's "
+        "strided slices now become reshapes and selects), so lower() raises LoweringError at "
         "check_layers, advising a batch-only lowering. On ncnn this model gets a dynamic batch at one H/W"
     ),
     "yolos_small": (
