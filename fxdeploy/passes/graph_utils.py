@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -18,6 +19,17 @@ def refresh_meta(gm: torch.fx.GraphModule) -> None:
         raise ValueError("graph inputs carry no fake tensors; cannot recompute shapes")
     gm.recompile()
     FakeTensorProp(gm, mode=mode).propagate_dont_convert_inputs(*values)
+
+
+def fill_meta(new: list[torch.fx.Node]) -> None:
+    """meta['val'] of inserted nodes, in order, from their inputs' fake values, in the capture's
+    fake mode. Cheaper than ``refresh_meta``, and it cannot trip on ops elsewhere in the graph (a
+    whole-graph propagation does on DETR at a dynamic H/W)."""
+    values = [a.meta.get("val") for n in new for a in n.all_input_nodes]
+    with detect_fake_mode(values) or contextlib.nullcontext():
+        for node in new:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta["val"])
+            node.meta["val"] = node.target(*args, **kwargs)
 
 
 def unbacked_symbols(value: Any) -> set[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.float_attention_mask import float_attention_mask
 from fxdeploy.passes.host_postprocess_split import host_postprocess_split
+from fxdeploy.passes.padded_copies import padded_copies
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
@@ -12,6 +13,7 @@ from fxdeploy.passes.remove_noops import remove_noops
 from fxdeploy.passes.strided_slices import strided_slices
 from fxdeploy.passes.substitute_nms import substitute_nms
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
+from fxdeploy.passes.unit_selects import unit_selects
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
 CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
@@ -26,7 +28,8 @@ TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # pnnx/ncnn workarounds (they change no outputs), then the host split last: it cuts the final
 # graph, so it must see the final outputs and every NMS.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, substitute_nms, tensorize_outputs, float_attention_mask, strided_slices, host_postprocess_split,
+    *CLEANUP, substitute_nms, tensorize_outputs, float_attention_mask, padded_copies, strided_slices,
+    unit_selects, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

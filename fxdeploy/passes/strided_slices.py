@@ -17,15 +17,13 @@ would have a size known only at run time).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any
 
 import torch
 
-from torch._guards import detect_fake_mode
-
 from fxdeploy.passes.base import PassResult
+from fxdeploy.passes.graph_utils import fill_meta
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
@@ -40,7 +38,7 @@ def strided_slices(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
         before = set(gm.graph.nodes)
         with gm.graph.inserting_before(node):
             replacement = _emit(gm.graph, node.args[0], *plan)
-        _fill_meta([n for n in gm.graph.nodes if n not in before], node.args[0].meta["val"])
+        fill_meta([n for n in gm.graph.nodes if n not in before])
         node.replace_all_uses_with(replacement)
         gm.graph.erase_node(node)
         modified = True
@@ -89,15 +87,6 @@ def _emit(graph: torch.fx.Graph, source: torch.fx.Node, dim: int, start: int, st
     shape = _sizes(graph, source)
     shaped = graph.call_function(aten.view.default, (blocks, [*shape[:dim], count, step, *shape[dim + 1:]]))
     return graph.call_function(aten.select.int, (shaped, dim + 1, lowest))
-
-
-def _fill_meta(new: list[torch.fx.Node], source: torch.Tensor) -> None:
-    """meta['val'] of the inserted nodes only, in order, in the capture's fake mode (a whole-graph
-    propagation can trip on ops elsewhere, such as DETR's with a dynamic H/W)."""
-    with detect_fake_mode([source]) or contextlib.nullcontext():
-        for node in new:
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta["val"])
-            node.meta["val"] = node.target(*args, **kwargs)
 
 
 def _sizes(graph: torch.fx.Graph, source: torch.fx.Node) -> list[Any]:
