@@ -48,7 +48,7 @@ def padded_copies(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
             continue
         buffer, chain, cuts, removed, fill = plan
         before = set(gm.graph.nodes)
-        with gm.graph.inserting_after(node):
+        with gm.graph.inserting_before(node.next):  # in creation order, after the copy
             value = _padded(gm.graph, node.args[1], buffer, cuts, removed, fill)
         fill_meta([n for n in gm.graph.nodes if n not in before])
         gm.graph.erase_node(node)
@@ -120,7 +120,7 @@ def _region(buffer: Node, chain: list[Node]) -> tuple[dict[int, int], list[int]]
             dims.remove(dim)
             removed.append(dim)
             continue
-        start, end, step = (list(view.args[2:]) + [None, None, 1])[:3]
+        start, end, step = (*view.args[2:], *(None, None, 1)[len(view.args) - 2:])
         if start not in (None, 0) or step != 1 or not (end is None or isinstance(end, int)):
             return None
         if end is None or end >= 2**62 or (isinstance(size, int) and end >= size):
