@@ -17,23 +17,29 @@ would have a size known only at run time).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import fill_meta
+from fxdeploy.passes.graph_utils import call_site, fill_meta
 from fxdeploy.settings import Settings
 
+logger = logging.getLogger(__name__)
 aten = torch.ops.aten
 
 
 def strided_slices(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     modified = False
     for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.slice.Tensor:
+            continue
         plan = _plan(node)
-        if plan is None:
+        if isinstance(plan, str):
+            if plan:
+                logger.debug("strided_slices: %s stays stepped: %s", call_site(node), plan)
             continue
         before = set(gm.graph.nodes)
         with gm.graph.inserting_before(node):
@@ -48,27 +54,30 @@ def strided_slices(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     return PassResult(gm, modified)
 
 
-def _plan(node: torch.fx.Node) -> tuple[int, int, int, int, int] | None:
-    """(dim, start, step, count, size) of a strided slice this pass can rewrite, else None."""
-    if node.op != "call_function" or node.target is not aten.slice.Tensor:
-        return None
+def _plan(node: torch.fx.Node) -> tuple[int, int, int, int, int] | str:
+    """(dim, start, step, count, size) of a strided slice to rewrite; else why not ("" for a
+    slice without a step)."""
     args = {"dim": 0, "start": None, "end": None, "step": 1}
     args.update(zip(("self", *args), node.args, strict=False))
     args.update(node.kwargs)
     source, start, end, step = args["self"], args["start"], args["end"], args["step"]
+    if step in (None, 1):
+        return ""
     value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
     if not isinstance(value, torch.Tensor) or value.dim() == 0:
-        return None
+        return "its input has no tensor metadata"
     if not all(isinstance(v, int | None) for v in (args["dim"], start, end, step)):
-        return None  # a size computed at run time
-    dim, step = args["dim"] % value.dim(), 1 if step is None else step
+        return "its bounds are computed at run time"
+    dim = args["dim"] % value.dim()
     size = value.shape[dim]
-    if step <= 1 or dim == 0 or not isinstance(size, int):
-        return None
+    if dim == 0:
+        return "it steps along dim 0, ncnn's batch axis"
+    if not isinstance(size, int):
+        return f"it steps along dim {dim}, whose size ({size}) is dynamic"
     first, stop, _ = slice(start, end).indices(size)
     count = max(0, math.ceil((stop - first) / step))
     if count == 0:
-        return None
+        return "it is empty"
     return dim, first, step, count, size
 
 

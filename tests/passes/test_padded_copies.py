@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -95,12 +97,24 @@ class BroadcastWrite(torch.nn.Module):
         return canvas
 
 
-@pytest.mark.parametrize("model", [ReadBeforeWrite(), OneRowOfTwo(), OffsetWrite(), BroadcastWrite()],
-                         ids=lambda m: type(m).__name__)
-def test_writes_that_are_not_a_corner_pad_are_left_alone(model: torch.nn.Module) -> None:
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (ReadBeforeWrite(), "read or written before the copy"),
+        (OneRowOfTwo(), "picks one of 2 rows"),
+        (OffsetWrite(), "does not start at 0"),
+        (BroadcastWrite(), "the copy broadcasts [1, 4, 4] to [3, 4, 4]"),
+    ],
+    ids=lambda m: type(m).__name__ if isinstance(m, torch.nn.Module) else "",
+)
+def test_writes_that_are_not_a_corner_pad_are_left_alone_with_the_reason(
+    model: torch.nn.Module, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
     x = torch.randn(1, 3, 4, 4)
     gm = exported(model, x)
-    result = padded_copies(gm, Settings())
+    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.padded_copies"):
+        result = padded_copies(gm, Settings())
     assert not result.modified
+    assert reason in caplog.text
     assert "aten.copy_.default" in op_histogram(result.graph_module)
     torch.testing.assert_close(result.graph_module(x), tuple(torch.utils._pytree.tree_leaves(model(x))))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -78,7 +80,11 @@ def test_a_last_element_past_the_blocks_is_concatenated() -> None:
     [(0, {0: torch.export.Dim("rows", min=3, max=8)}), (1, {0: BATCH, 1: torch.export.Dim("n", min=3, max=64)})],
     ids=["batch-axis", "dynamic-dim"],
 )
-def test_batch_axis_and_dynamic_dims_are_left_alone(dim: int, dynamic: dict[int, object]) -> None:
+def test_batch_axis_and_dynamic_dims_are_left_alone_with_the_reason(
+    dim: int, dynamic: dict[int, object], caplog: pytest.LogCaptureFixture
+) -> None:
     gm = exported(Sliced(dim, slice(0, None, 2)), torch.randn(4, 6), dynamic)
-    result = strided_slices(gm, Settings())
+    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.strided_slices"):
+        result = strided_slices(gm, Settings())
     assert not result.modified and stepped(result.graph_module)
+    assert ("batch axis" if dim == 0 else "is dynamic") in caplog.text

@@ -49,30 +49,38 @@ HW_CAPTURE_FAILS: dict[str, str] = {
 """Models whose H/W cannot be dynamic: lowered with a dynamic batch only, on every target."""
 
 
-_TORCHVISION_NCNN = (
-    "what fxdeploy's host split has to take now runs on the host: the anchors and the transform's 0-d resize "
-    "ratios, made without the inputs, are recomputed there, and the candidate selection ahead of the NMS "
-    "(topk, ge, where, zeros_like, view_as, cat) moves there with it (tests/e2e/test_ncnn_anchor_detector.py). "
-    "What remains is torchvision's own code ahead of them, which pnnx leaves as ops ncnn has no layer for "
-    "(LoweringError at check_layers): strided slices (BoxCoder.decode_single's rel_codes[:, 0::4], "
-    "clip_boxes_to_image's boxes[..., 0::2]) and selects on the batch axis (GeneralizedRCNNTransform: "
-    "interpolate(image[None])[0], batched_imgs[i].copy_(img); the wrapper's unbind of the batch); Faster "
-    "R-CNN's second stage adds gather, index and eq. Tried on SSD at batch 1, outside the repository: with "
-    "those rewritten (contiguous slices, a select of a size-1 axis as a squeeze) it lowers and runs, but its "
-    "detections differ from eager's (a box 48 px off; pnnx may drop the in-place copy into the padded batch). "
-    "At batch 2 a list of images fixes the batch, and ncnn traces at batch 1 (LoweringError at trace)"
+_TORCHVISION_NCNN_BATCH = (
+    "a list of images fixes the batch at 2, and ncnn runs one image at a time, so the graph is traced at "
+    "batch 1 and the unbind of 2 images fails (LoweringError at trace: IndexError). At batch 1 RetinaNet, FCOS "
+    "and SSD lower and match eager: the host split takes the anchors, resize ratios and candidate selection "
+    "(tests/e2e/test_ncnn_anchor_detector.py), and the ncnn passes respell torchvision's strided slices "
+    "(strided_slices), its batch-axis selects (unit_selects) and its in-place copy into the padded batch, which "
+    "pnnx had folded into constants (padded_copies; tests/e2e/test_ncnn_batch_images.py). Needs a per-image "
+    "capture of a batch-independent list model"
 )
-TORCHVISION_FAILURES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
-    (name, "ncnn"): (_TORCHVISION_NCNN, LoweringError) for name in ("retinanet", "fcos", "ssd", "faster_rcnn")
+_FASTER_RCNN_NCNN = (
+    "the region proposal network's selection runs between two engine parts: its per-level topk, gather, index, "
+    "ge and eq pick the proposals that RoIAlign and the box head then read, so the host split (which cuts only "
+    "after the last engine op) cannot take it, and pnnx leaves torch.topk, torch.gather, Tensor.index, torch.ge, "
+    "torch.eq and a pnnx.Expression that ncnn has no layer for (LoweringError at check_layers). Needs an "
+    "engine-host-engine split around the proposal selection"
+)
+TORCHVISION_FAILURES: dict[tuple[str, str, int], tuple[str, type[BaseException]]] = {
+    **{
+        (name, "ncnn", 2): (_TORCHVISION_NCNN_BATCH, LoweringError)
+        for name in ("retinanet", "fcos", "ssd", "faster_rcnn")
+    },
+    ("faster_rcnn", "ncnn", 1): (_FASTER_RCNN_NCNN, LoweringError),
 }
-"""(torchvision model, target) -> (reason, the exception lowering raises); see test_zoo_torchvision.py."""
+"""(torchvision model, target, batch) -> (reason, the exception lowering raises); see test_zoo_torchvision.py."""
 
 
 def known_failure_lines() -> list[str]:
     lines = [f"- {model} on {target}: {reason}" for (model, target), (reason, _) in KNOWN_FAILURES.items()]
     lines += [f"- {model}, dynamic H/W (every target): {reason}" for model, reason in HW_CAPTURE_FAILS.items()]
     lines += [f"- {model}, dynamic H/W on ncnn: {reason}" for model, reason in NCNN_FIXED_HW.items()]
-    if TORCHVISION_FAILURES:
-        models = ", ".join(model for model, _ in TORCHVISION_FAILURES)
-        lines.append(f"- torchvision's {models} on ncnn: {_TORCHVISION_NCNN}")
+    by_reason: dict[str, list[str]] = {}
+    for (model, target, batch), (reason, _) in TORCHVISION_FAILURES.items():
+        by_reason.setdefault(reason, []).append(f"{model} on {target} at batch {batch}")
+    lines += [f"- torchvision's {', '.join(cases)}: {reason}" for reason, cases in by_reason.items()]
     return lines

@@ -32,8 +32,8 @@ def _cases() -> Iterator[Any]:
         for target in TARGETS:
             for batch in BATCHES:
                 marks = []
-                if (name, target) in TORCHVISION_FAILURES:
-                    reason, raises = TORCHVISION_FAILURES[name, target]
+                if (name, target, batch) in TORCHVISION_FAILURES:
+                    reason, raises = TORCHVISION_FAILURES[name, target, batch]
                     marks.append(pytest.mark.xfail(reason=reason, raises=raises, strict=True))
                 yield pytest.param(name, target, batch, marks=marks, id=f"{name}-{target}-batch{batch}")
 
