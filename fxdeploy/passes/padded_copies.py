@@ -66,10 +66,7 @@ def padded_copies(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
         plan.buffer.replace_all_uses_with(value)
         gm.graph.erase_node(plan.buffer)
         modified = True
-    if modified:
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, modified)
+    return PassResult(gm, modified)  # run_pipeline lints and recompiles a modified graph
 
 
 def _plan(copy: Node, order: dict[Node, int]) -> _Plan | str:

@@ -48,10 +48,7 @@ def strided_slices(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
         node.replace_all_uses_with(replacement)
         gm.graph.erase_node(node)
         modified = True
-    if modified:
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, modified)
+    return PassResult(gm, modified)  # run_pipeline lints and recompiles a modified graph
 
 
 def _plan(node: torch.fx.Node) -> tuple[int, int, int, int, int] | str:

@@ -33,10 +33,7 @@ def unit_selects(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
             if not node.users:
                 gm.graph.erase_node(node)
         modified = True
-    if modified:
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, modified)
+    return PassResult(gm, modified)  # run_pipeline lints and recompiles a modified graph
 
 
 def _unit_dim(node: torch.fx.Node) -> int | None:

@@ -18,7 +18,7 @@ from torch import nn
 
 import fxdeploy
 from fxdeploy.passes import op_histogram
-from tests.ops.nms_matching import assert_detections_match, padding_problems
+from tests.e2e.ncnn_detectors import assert_matches_eager, lower_on_ncnn
 
 CLASSES, TOP_K, KEEP, STRIDE = 3, 12, 20, 4
 
@@ -48,26 +48,11 @@ class AnchorDetector(nn.Module):
 
 @pytest.fixture(scope="module")
 def lowered() -> tuple[nn.Module, fxdeploy.Deployed]:
-    status = fxdeploy.targets()["ncnn"]
-    if not status.available:
-        pytest.skip(f"ncnn: {status.reason}")
-    torch.manual_seed(0)
-    model = AnchorDetector().eval()
-    x = torch.randn(2, 3, 32, 32)
-    return model, fxdeploy.lower(model, (x,), target="ncnn", dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+    return lower_on_ncnn(AnchorDetector, 32)
 
 
 def test_anchor_detector_matches_eager_on_ncnn(lowered: tuple[nn.Module, fxdeploy.Deployed]) -> None:
-    model, deployed = lowered
-    generator = torch.Generator().manual_seed(1)
-    for batch in (1, 3):
-        x = torch.randn(batch, 3, 32, 32, generator=generator)
-        with torch.no_grad():
-            want = model(x)
-        got = deployed(x)
-        assert int(want[3].sum()) > batch  # detections to compare, not only padding
-        assert_detections_match(want, got, score_atol=1e-3)
-        assert not padding_problems(got)
+    assert_matches_eager(*lowered, 32, score_atol=1e-3)
 
 
 def test_the_engine_hands_over_raw_boxes_and_scores_only(lowered: tuple[nn.Module, fxdeploy.Deployed]) -> None:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import fxdeploy
-from tests.ops.nms_matching import assert_detections_match, padding_problems
+from tests.e2e.ncnn_detectors import assert_matches_eager, lower_on_ncnn
 
 CLASSES, STRIDE, SIZE, CLIP = 3, 4, 32, math.log(1000.0 / 16)
 
@@ -58,26 +58,11 @@ class DecodingDetector(nn.Module):
 
 @pytest.fixture(scope="module")
 def lowered() -> tuple[nn.Module, fxdeploy.Deployed]:
-    status = fxdeploy.targets()["ncnn"]
-    if not status.available:
-        pytest.skip(f"ncnn: {status.reason}")
-    torch.manual_seed(0)
-    model = DecodingDetector().eval()
-    x = torch.randn(2, 3, SIZE, SIZE)
-    return model, fxdeploy.lower(model, (x,), target="ncnn", dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+    return lower_on_ncnn(DecodingDetector, SIZE)
 
 
 def test_box_decoding_matches_eager_on_ncnn(lowered: tuple[nn.Module, fxdeploy.Deployed]) -> None:
-    model, deployed = lowered
-    generator = torch.Generator().manual_seed(1)
-    for batch in (1, 3):
-        x = torch.randn(batch, 3, SIZE, SIZE, generator=generator)
-        with torch.no_grad():
-            want = model(x)
-        got = deployed(x)
-        assert int(want[3].sum()) > batch  # detections to compare, not only padding
-        assert_detections_match(want, got, score_atol=1e-4)
-        assert not padding_problems(got)
+    assert_matches_eager(*lowered, SIZE, score_atol=1e-4)
 
 
 def test_the_decoding_runs_in_the_engine(lowered: tuple[nn.Module, fxdeploy.Deployed]) -> None:

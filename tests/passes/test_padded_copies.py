@@ -25,6 +25,7 @@ def rewritten(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     assert result.modified
     ops = op_histogram(result.graph_module)
     assert "aten.copy_.default" not in ops and "aten.new_full.default" not in ops, ops
+    result.graph_module.recompile()
     return result.graph_module
 
 
