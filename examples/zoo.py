@@ -43,6 +43,9 @@ from transformers import (  # noqa: E402
     YolosConfig,
     YolosForObjectDetection,
 )
+from transformers.models.rt_detr.modeling_rt_detr import RTDetrMultiscaleDeformableAttention  # noqa: E402
+
+from examples.zoo_deformable import deformable_attention  # noqa: E402
 
 transformers.logging.set_verbosity_error()  # the "no torchvision, using the PIL processor" notice
 Factory = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
@@ -165,7 +168,14 @@ def _substitution(processor_class: type, replacement: Callable[..., Padded]) -> 
 
 DETR_SUBSTITUTIONS = _substitution(transformers.DetrImageProcessor, detr_postprocess)
 YOLOS_SUBSTITUTIONS = _substitution(transformers.YolosImageProcessor, detr_postprocess)
-RT_DETR_SUBSTITUTIONS = _substitution(transformers.RTDetrImageProcessor, rt_detr_postprocess)
+RT_DETR_SUBSTITUTIONS = {
+    **_substitution(transformers.RTDetrImageProcessor, rt_detr_postprocess),
+    RTDetrMultiscaleDeformableAttention.forward: Substitution(
+        RTDetrMultiscaleDeformableAttention.forward, deformable_attention
+    ),
+}
+"""The postprocess, and the decoder's deformable attention at four dims per image (ncnn's limit;
+examples/zoo_deformable.py)."""
 FXDEPLOY_SUBSTITUTIONS = {**DETR_SUBSTITUTIONS, **YOLOS_SUBSTITUTIONS, **RT_DETR_SUBSTITUTIONS}
 """Picked up by the CLI and the benchmark's subprocesses (``examples/zoo.py:detr_small``)."""
 

@@ -6,8 +6,9 @@ batch and would catch a model that mixes images). The engine part is traced at b
 dims (an image's height and width) may be dynamic too: pnnx is then given a second input shape
 (``inputshape2``) so that it keeps those sizes symbolic, and the verification at the min, opt and
 max sizes catches a graph that baked one in.
-After ``host_postprocess_split``, only the head goes to ncnn; the tail is scripted to
-``host_tail.pt`` and runs on the host with the reference NMS kernel.
+After ``host_postprocess_split``, each engine stage goes to ncnn (``model.ncnn.param`` for the
+first, ``model.<stage>.ncnn.param`` for one after a host stage), and each host stage is scripted
+to ``host.<stage>.pt`` and runs on the host (NMS with the reference kernel).
 """
 
 from __future__ import annotations
@@ -25,13 +26,18 @@ from fxdeploy.dims import finite_or
 from fxdeploy.errors import LoweringError
 from fxdeploy.jit_warnings import quiet_jit
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
-from fxdeploy.passes.host_postprocess_split import split_parts
+from fxdeploy.passes.host_postprocess_split import Source, Stage, split_parts
 
 logger = logging.getLogger(__name__)
 
-PARAM, BIN, TAIL = "model.ncnn.param", "model.ncnn.bin", "host_tail.pt"
+PARAM, BIN = "model.ncnn.param", "model.ncnn.bin"
 MAX_RANK = 4  # an ncnn Mat holds at most w, h, d, c per image
 OUTPUT_DTYPES = (torch.float32, torch.float16, torch.int64, torch.int32, torch.bool)
+
+
+def engine_files(stage: int) -> tuple[str, str]:
+    """The first engine keeps pnnx's usual names; a later one (after a host stage) is numbered."""
+    return (PARAM, BIN) if stage == 0 else (f"model.{stage}.ncnn.param", f"model.{stage}.ncnn.bin")
 
 
 def lower_ncnn(
@@ -43,15 +49,47 @@ def lower_ncnn(
     *,
     fp16: bool,
 ) -> tuple[list[str], dict[str, Any]]:
-    """Write param/bin (and host_tail.pt after a split); return the files and the blob map."""
+    """Write each stage's files (param/bin per engine stage, a script per host stage); return the
+    files and the plan the executor follows."""
     parts = split_parts(gm)
-    head = parts.head if parts else gm
-    head_inputs = parts.head_inputs if parts else list(range(len(example_inputs)))
-    batch = _batch_symbol(head, [input_names[i] for i in head_inputs])
-    head_outputs = _head_outputs(head, batch, output_names if parts is None else None)
-    per_image = [example_inputs[i][:1] for i in head_inputs]
+    if parts is None:
+        stages = [Stage("engine", gm, [("input", i) for i in range(len(example_inputs))])]
+        outputs: list[Source] = [(0, k) for k in range(len(output_names))]
+    else:
+        stages, outputs = parts.stages, parts.outputs
+    values: dict[Source, torch.Tensor] = {("input", i): x for i, x in enumerate(example_inputs)}
+    files: list[str] = []
+    plan: list[dict[str, Any]] = []
+    for s, stage in enumerate(stages):
+        args = [values[source] for source in stage.inputs]
+        if stage.kind == "engine":
+            labels = [input_names[i] if part == "input" and s == 0 else f"stage {s} input #{k}"
+                      for k, (part, i) in enumerate(stage.inputs)]
+            names = output_names if parts is None else None
+            entry = _lower_engine(stage.module, args, labels, names, out_dir, engine_files(s), fp16=fp16)
+        else:
+            entry = {"file": f"host.{s}.pt"}
+            with quiet_jit():
+                script_graph(stage.module, target="ncnn host stage").save(str(out_dir / entry["file"]))
+        files += [entry[key] for key in ("param", "bin", "file") if key in entry]
+        plan.append({"kind": stage.kind, **entry, "sources": [list(source) for source in stage.inputs]})
+        if s + 1 < len(stages):  # example values for the stages after it
+            with torch.no_grad():
+                results = stage.module(*args)
+            values.update(((s, k), value) for k, value in enumerate(results))
+    return files, {"stages": plan, "outputs": [list(source) for source in outputs]}
+
+
+def _lower_engine(
+    module: torch.fx.GraphModule, args: list[torch.Tensor], labels: list[str], output_names: list[str] | None,
+    out_dir: Path, names: tuple[str, str], *, fp16: bool,
+) -> dict[str, Any]:
+    """Trace one engine stage at one image, convert it with pnnx, and check what ncnn can run."""
+    batch = _batch_symbol(module, labels)
+    outputs = _head_outputs(module, batch, output_names)
+    per_image = [x[:1] for x in args]
     try:
-        traced = trace_graph(head, per_image, target="ncnn")
+        traced = trace_graph(module, per_image, target="ncnn")
     except LoweringError as exc:
         if batch.isdigit() and int(batch) > 1:
             raise LoweringError(
@@ -60,47 +98,78 @@ def lower_ncnn(
                 "(dynamic_shapes={<input>: {0: 'batch'}})"
             ) from exc
         raise
-    second = _second_shapes(head)
-    _convert(traced, per_image, out_dir, fp16=fp16, second=second)
-    check_layers(out_dir / PARAM, dynamic_sizes=second is not None)
-    _check_blobs(out_dir / PARAM, len(head_inputs), len(head_outputs))
-    files = [PARAM, BIN]
-    info: dict[str, Any] = {
-        "inputs": [{"name": input_names[i], "blob": f"in{k}"} for k, i in enumerate(head_inputs)],
-        "head_outputs": head_outputs,
-        "host_tail": None,
-        "tail_inputs": [],
-        "outputs": [["head", k] for k in range(len(head_outputs))],
+    second = _second_shapes(module)
+    _convert(traced, per_image, out_dir, fp16=fp16, second=second, names=names)
+    check_layers(out_dir / names[0], dynamic_sizes=second is not None)
+    _check_blobs(out_dir / names[0], len(args), len(outputs))
+    with torch.no_grad():
+        expected = [y.detach().float().numpy() for y in module(*per_image)]
+    batched = _input_layout(out_dir, names, [x.numpy() for x in per_image], expected)
+    return {
+        "param": names[0], "bin": names[1],
+        "blobs": [f"in{k}" for k in range(len(args))],
+        "batched_inputs": batched,
+        "outputs": outputs,
     }
-    if parts is not None:
-        tail = script_graph(parts.tail, target="ncnn host tail")
-        with quiet_jit():
-            tail.save(str(out_dir / TAIL))
-        files.append(TAIL)
-        info.update(
-            host_tail=TAIL,
-            tail_inputs=[list(s) for s in parts.tail_inputs],
-            outputs=[list(s) for s in parts.outputs],
-        )
-    return files, info
 
 
-def _batch_symbol(head: torch.fx.GraphModule, names: list[str]) -> str:
+def _input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expected: list[Any]) -> bool:
+    """How the engine takes its inputs, found by running it once on the example image.
+
+    pnnx drops the batch axis of an operand when it can tell where the batch is (a convolution's
+    input, an image); when it cannot (a stage that starts from [B, N, C] values a host stage
+    gathered, with no such op behind them), it may keep the operand whole, with the batch as a
+    leading 1, and then expects the input blob the same way. Returns False for per-image blobs,
+    True for blobs that keep the leading 1; raises when neither gives PyTorch's values."""
+    import ncnn
+    import numpy as np
+
+    net = ncnn.Net()
+    net.opt.num_threads = 1
+    net.opt.use_vulkan_compute = False
+    net.opt.use_fp16_packed = net.opt.use_fp16_storage = net.opt.use_fp16_arithmetic = False
+    net.opt.use_bf16_storage = False
+    if net.load_param(str(out_dir / names[0])) or net.load_model(str(out_dir / names[1])):
+        raise LoweringError(f"ncnn: cannot load the {names[0]} pnnx wrote")
+    problems = []
+    for batched in (False, True):
+        extractor = net.create_extractor()
+        mats = [ncnn.Mat(np.ascontiguousarray(x if batched else x[0])).clone() for x in inputs]
+        for k, mat in enumerate(mats):
+            extractor.input(f"in{k}", mat)
+        got = [extractor.extract(f"out{k}") for k in range(len(expected))]
+        errors = [
+            "missing" if code != 0 else "size" if np.array(mat).size != want.size
+            else float(np.abs(np.array(mat).reshape(want.shape) - want).max())
+            for (code, mat), want in zip(got, expected, strict=True)
+        ]
+        scale = max((float(np.abs(want).max()) for want in expected if want.size), default=1.0)
+        if all(isinstance(e, float) and e <= 1e-3 * max(1.0, scale) for e in errors):
+            return batched
+        problems.append(f"{'with' if batched else 'without'} the batch axis: output errors {errors}")
+    raise LoweringError(
+        f"ncnn: the engine {names[0]} does not give PyTorch's values on the example image, fed "
+        + "; or ".join(problems)
+        + ". pnnx placed the batch axis differently from the graph; another target runs this graph"
+    )
+
+
+def _batch_symbol(head: torch.fx.GraphModule, labels: list[str]) -> str:
     """The one symbol (or static size) that dim 0 of every engine input shares."""
     placeholders = [n for n in head.graph.nodes if n.op == "placeholder"]
     symbols: set[str] = set()
-    for name, node in zip(names, placeholders, strict=True):
+    for label, node in zip(labels, placeholders, strict=True):
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
-            raise LoweringError(f"ncnn: input {name!r} has no batch dim (shape {_shape(value)})")
+            raise LoweringError(f"ncnn: input {label!r} has no batch dim (shape {_shape(value)})")
         if value.dtype != torch.float32:
             raise LoweringError(
-                f"ncnn: input {name!r} must be float32 (ncnn blobs are float), got {value.dtype}"
+                f"ncnn: input {label!r} must be float32 (ncnn blobs are float), got {value.dtype}"
             )
-        _check_rank(f"input {name!r}", value)
+        _check_rank(f"input {label!r}", value)
         symbols.add(str(value.shape[0]))
     if len(symbols) > 1:
-        raise LoweringError(f"ncnn: inputs {names} must share dim 0 (the batch), got sizes {sorted(symbols)}")
+        raise LoweringError(f"ncnn: inputs {labels} must share dim 0 (the batch), got sizes {sorted(symbols)}")
     return symbols.pop()
 
 
@@ -161,7 +230,7 @@ def _second_shapes(head: torch.fx.GraphModule) -> list[list[int]] | None:
 
 def _convert(
     traced: torch.jit.ScriptModule, inputs: list[torch.Tensor], out_dir: Path, *, fp16: bool,
-    second: list[list[int]] | None = None,
+    second: list[list[int]] | None = None, names: tuple[str, str] = (PARAM, BIN),
 ) -> None:
     """Run the pnnx executable; its by-products (pnnx.param, _pnnx.py, ...) stay in a temp dir."""
     import pnnx
@@ -197,8 +266,8 @@ def _convert(
                 + f"\n  To fix: replace {suspects} before capture with @fxdeploy.substitute (a tensor-only "
                 "version built from aten ops), or choose another target (fxdeploy check-env lists them)"
             )
-        for name in (PARAM, BIN):
-            shutil.move(str(work / name), str(out_dir / name))
+        for made, name in zip((PARAM, BIN), names, strict=True):
+            shutil.move(str(work / made), str(out_dir / name))
 
 
 def _non_aten_ops(traced: torch.jit.ScriptModule) -> list[str]:

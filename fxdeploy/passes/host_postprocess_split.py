@@ -1,14 +1,20 @@
-"""Cut the graph before NMS on targets whose engine cannot run it (ncnn).
+"""Cut the graph where ncnn's engine cannot run it: host stages between engine stages.
 
-The *head* (everything that does not depend on a ``multiclass_nms`` output) stays for the
-engine; the *tail* (each ``multiclass_nms`` node and everything that depends on it) runs on the
-host, inside the runtime layer, behind the same ``execute``. The tail also takes the comparisons,
-selects, casts, argmaxes and top-ks that feed only the tail (a keep mask made into NMS scores, the
-labels gathered after it, a per-level candidate selection): ncnn has no layer for them. Values the
-tail needs that the engine cannot hand over are recomputed in the tail: sizes, and values made
-without the inputs (anchors, resize ratios), which have no batch axis. The result is a GraphModule with two
-submodules, ``engine_head`` and ``host_tail``, called one after the other, so the passed graph
-still runs in PyTorch (verification) and a lowering finds both halves with ``split_parts``.
+The *host* nodes are each ``multiclass_nms`` and everything that depends on it, and the ops that
+ncnn has no layer for (top-k, sort, gather, indexing by a computed index, nonzero) wherever they
+read the inputs: a DETR-style query selection in mid-network. With them go the comparisons,
+casts, argmaxes and views that feed only host nodes (a keep mask made into NMS scores, a
+per-level candidate selection), and what is computed from host values for host nodes only (the
+index expanded between a top-k and its gather). Every other node runs on the engine.
+
+Nodes are put in stages 0, 1, 2, ... (engine stages even, host stages odd), each in the first
+stage of its kind at or after the stages of its inputs, so a detector whose NMS is last gets two
+stages (the engine head, the host tail) and RT-DETR gets four (encoder, query selection, decoder,
+postprocess). Values a stage needs that no stage can hand over are copied into it: sizes, and
+values made without the inputs (anchors, resize ratios), which have no batch axis, while ncnn's
+engine outputs are per image. The result is a GraphModule with one submodule per stage, called in
+order, so the passed graph still runs in PyTorch (verification) and a lowering finds the stages
+with ``split_parts``.
 """
 
 from __future__ import annotations
@@ -23,91 +29,121 @@ from torch.fx import Graph, GraphModule, Node
 from fxdeploy.passes.base import PassResult
 from fxdeploy.settings import Settings
 
-HEAD = "engine_head"
-TAIL = "host_tail"
+STAGE = "stage_"
+"""Submodules ``stage_0``, ``stage_1``, ...: engine stages even, host stages odd."""
 _NMS = "fxdeploy::multiclass_nms"
 
 _aten = torch.ops.aten
+_SELECTIONS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.nonzero})
+"""Ops ncnn has no layer for, whose results depend on the values: they run on the host wherever
+they read the inputs. On values made without the inputs, pnnx folds them into constants."""
+_BY_INDEX = frozenset({_aten.gather, _aten.index, _aten.index_select})
+"""Neither has an ncnn layer; pnnx folds one whose index is fixed (a mask made from the input's
+size), so only one that reads a host value (the indices of a top-k) runs on the host."""
 _HOST_ONLY = frozenset({
     _aten.gt, _aten.ge, _aten.lt, _aten.le, _aten.eq, _aten.ne, _aten.where, _aten.logical_and,
     _aten.logical_or, _aten.logical_xor, _aten.logical_not, _aten.bitwise_not, _aten.to, _aten._to_copy,
     _aten.argmax, _aten.argmin, _aten.topk, _aten.sort, _aten.zeros_like, _aten.ones_like, _aten.full_like,
 })
 """Ops without an ncnn layer (its ArgMax reduces the whole blob, not an axis; it has no TopK or
-sort): where they feed only the tail, they run on the host with it. A candidate selection ahead of
-the NMS (the k-th best score per level, and the scores below it zeroed) is made of them."""
+sort): where they feed only host nodes, they run on the host with them. A candidate selection
+ahead of the NMS (the k-th best score per level, and the scores below it zeroed) is made of them."""
 _VIEWS = frozenset({
     _aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view, _aten.slice,
-    _aten.select, _aten.flatten, _aten.expand, _aten.view_as, _aten.cat, operator.getitem,
+    _aten.select, _aten.flatten, _aten.expand, _aten.repeat, _aten.view_as, _aten.cat, operator.getitem,
 })
-"""Moved with those ops when between them and the NMS, never on their own (``getitem`` picks one
-output of a multi-output op, topk's values; ``cat`` joins per-level selections)."""
+"""Moved with those ops when between them and a host node, never on their own (``getitem`` picks
+one output of a multi-output op, topk's values; ``cat`` joins per-level selections; ``repeat``
+expands a top-k's indices for a gather)."""
 _MOVABLE = _HOST_ONLY | _VIEWS
 
 _SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
-Source = tuple[str, int]
-"""Where a value comes from: ("input", i) a graph input, ("head", k) or ("tail", k) an output."""
+Source = tuple[str | int, int]
+"""Where a value comes from: ("input", i) a graph input, (s, k) output k of stage s."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    kind: str
+    """"engine" or "host"."""
+    module: GraphModule
+    inputs: list[Source]
 
 
 @dataclass(frozen=True)
 class SplitParts:
-    head: GraphModule
-    tail: GraphModule
-    head_inputs: list[int]
-    tail_inputs: list[Source]
+    stages: list[Stage]
     outputs: list[Source]
+
+    @property
+    def head(self) -> GraphModule:
+        return self.stages[0].module
+
+    @property
+    def tail(self) -> GraphModule:
+        return self.stages[-1].module
 
 
 def host_postprocess_split(gm: GraphModule, settings: Settings) -> PassResult:
-    nms = [n for n in gm.graph.nodes if n.op == "call_function" and getattr(n.target, "_name", "") == _NMS]
-    if not nms or hasattr(gm, TAIL):
+    if hasattr(gm, f"{STAGE}0"):
         return PassResult(gm, False)
-    tail = _descendants(nms)
-    tail |= _host_only_inputs(tail)
-    recompute = _to_recompute(tail, _input_free(gm))
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    free = _input_free(gm)
+    host = _host_nodes(gm, free)
+    if not host:
+        return PassResult(gm, False)
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    compute = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
-    head_nodes = _prune_unused([n for n in compute if n not in tail], recompute)
-    tail_nodes = [n for n in compute if n in tail or n in recompute]
     finals = list(output.args[0])
-    in_head = set(head_nodes)
-    inside = tail | recompute
-    tail_inputs = _unique(
-        a for n in tail_nodes for a in n.all_input_nodes if a not in inside and a.op != "get_attr"
-    )
-    head_outputs = _unique(
-        [a for a in tail_inputs if a.op != "placeholder"]
-        + [f for f in finals if isinstance(f, Node) and f in in_head]
-    )
-    head_inputs = [p for p in placeholders if any(p in n.all_input_nodes for n in head_nodes)]
-    tail_outputs = _unique(f for f in finals if isinstance(f, Node) and f in tail)
-    setattr(gm, HEAD, _part(gm, head_nodes, head_inputs, head_outputs))
-    setattr(gm, TAIL, _part(gm, tail_nodes, tail_inputs, tail_outputs))
-    gm.graph = _wire(placeholders, head_inputs, head_outputs, tail_inputs, tail_outputs, finals)
+    copied = (free | {n for n in gm.graph.nodes if isinstance(n.meta.get("val"), _SIZES)}) - set(finals)
+    compute = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    stage_of = _stage_numbers(compute, host, copied)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    count = max(stage_of.values()) + 1
+    members = [[n for n in compute if stage_of.get(n) == s] for s in range(count)]
+    members = [_with_copies(nodes, copied) for nodes in members]
+    inputs = [_unique(a for n in nodes for a in n.all_input_nodes if a not in inside and a.op != "get_attr")
+              for nodes, inside in ((nodes, set(nodes)) for nodes in members)]
+    rebound = [_rebind_sizes(members[s], inputs[s]) if s % 2 == 0 and s > 0 else {} for s in range(count)]
+    outputs = [
+        _unique([a for t in range(s + 1, count) for a in inputs[t] if stage_of.get(a) == s]
+                + [f for f in finals if isinstance(f, Node) and stage_of.get(f) == s])
+        for s in range(count)
+    ]
+    for s in range(count):
+        setattr(gm, f"{STAGE}{s}", _part(gm, members[s], inputs[s], outputs[s], rebound[s]))
+    gm.graph = _wire(placeholders, inputs, outputs, finals)
     gm.delete_all_unused_submodules()
     return PassResult(gm, True)
 
 
 def split_parts(gm: GraphModule) -> SplitParts | None:
-    """Read back how ``host_postprocess_split`` wired the two halves; None when it did not fire."""
-    if not hasattr(gm, TAIL):
+    """Read back how ``host_postprocess_split`` wired the stages; None when it did not fire."""
+    if not hasattr(gm, f"{STAGE}0"):
         return None
     position = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
-    calls = {n.target: n for n in gm.graph.nodes if n.op == "call_module"}
     sources: dict[Node, Source] = {n: ("input", i) for n, i in position.items()}
-    for part in ("head", "tail"):
-        for user in calls[HEAD if part == "head" else TAIL].users:
-            sources[user] = (part, int(user.args[1]))
+    stages: list[Stage] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        s = int(str(node.target).removeprefix(STAGE))
+        stages.append(Stage("host" if s % 2 else "engine", getattr(gm, node.target), [sources[a] for a in node.args]))
+        for user in node.users:
+            sources[user] = (s, int(user.args[1]))
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    return SplitParts(
-        head=getattr(gm, HEAD),
-        tail=getattr(gm, TAIL),
-        head_inputs=[position[a] for a in calls[HEAD].args],
-        tail_inputs=[sources[a] for a in calls[TAIL].args],
-        outputs=[sources[a] for a in output.args[0]],
-    )
+    return SplitParts(stages, [sources[a] for a in output.args[0]])
+
+
+def _host_nodes(gm: GraphModule, free: set[Node]) -> set[Node]:
+    nms = [n for n in gm.graph.nodes if n.op == "call_function" and getattr(n.target, "_name", "") == _NMS]
+    seeds = [n for n in gm.graph.nodes if _packet(n) in _SELECTIONS and n not in free]
+    if not nms and not seeds:
+        return set()
+    after = _descendants(nms + seeds)
+    seeds += [n for n in after if _packet(n) in _BY_INDEX]
+    host = _descendants(nms) | set(seeds)
+    host |= _host_only_inputs(host)
+    return _host_fed_only_host(gm, host)
 
 
 def _descendants(roots: list[Node]) -> set[Node]:
@@ -122,24 +158,41 @@ def _descendants(roots: list[Node]) -> set[Node]:
     return seen
 
 
-def _host_only_inputs(tail: set[Node]) -> set[Node]:
-    """The ``_HOST_ONLY`` ops (and the views after them) computing the tail's inputs, for it alone."""
+def _host_only_inputs(host: set[Node]) -> set[Node]:
+    """The ``_HOST_ONLY`` ops (and the views after them) computing host inputs, for the host alone."""
     pulled: set[Node] = set()
-    stack = [a for n in tail for a in n.all_input_nodes]
+    stack = [a for n in host for a in n.all_input_nodes]
     while stack:
         node = stack.pop()
-        if node in tail or node in pulled or _packet(node) not in _MOVABLE:
+        if node in host or node in pulled or _packet(node) not in _MOVABLE:
             continue
-        if all(u in tail or u in pulled for u in node.users):
+        if all(u in host or u in pulled for u in node.users):
             pulled.add(node)
             stack.extend(node.all_input_nodes)
     views = {n for n in pulled if _packet(n) in _VIEWS}
     while True:  # a view with no moved op behind it stays in the engine
-        alone = {v for v in views if not any(a in pulled for a in v.all_input_nodes)}
+        alone = {v for v in views if not any(a in pulled or a in host for a in v.all_input_nodes)}
         if not alone:
             return pulled
         pulled -= alone
         views -= alone
+
+
+def _host_fed_only_host(gm: GraphModule, host: set[Node]) -> set[Node]:
+    """Add the views and host-only ops computed from host values that feed host nodes only (the
+    index expanded between a top-k and its gather): an engine stage there would only pass values
+    back and forth. Other compute after a host node stays on an engine (DETR's whole decoder
+    reads a mask; it is not the host's to run)."""
+    after = {n for n in _descendants(list(host)) - host if _packet(n) in _MOVABLE}
+    host = set(host)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(gm.graph.nodes):
+            if node in after and node not in host and all(u in host for u in node.users):
+                host.add(node)
+                changed = True
+    return host
 
 
 def _packet(node: Node) -> object:
@@ -149,27 +202,81 @@ def _packet(node: Node) -> object:
     return operator.getitem if node.target is operator.getitem else getattr(node.target, "overloadpacket", None)
 
 
-def _to_recompute(tail: set[Node], input_free: set[Node]) -> set[Node]:
-    """What the tail needs that the engine cannot hand over, recomputed on the host:
+def _stage_numbers(compute: list[Node], host: set[Node], copied: set[Node]) -> dict[Node, int]:
+    """Engine stages even, host stages odd; a copied value has no stage of its own, but the
+    stages of the values it is computed from still count (a size of a host tensor)."""
+    stage_of: dict[Node, int] = {}
+    reach: dict[Node, int] = {}
+    for node in compute:
+        base = max((reach[a] for a in node.all_input_nodes if a in reach), default=0)
+        if node in copied:
+            reach[node] = base
+            continue
+        stage_of[node] = base + int((base % 2 == 1) != (node in host))
+        reach[node] = stage_of[node]
+    return _engine_work_late(compute, stage_of)
 
-    - sizes (SymInts): engines return tensors only;
-    - values computed without the inputs (anchors made from aranges over static feature sizes, a
-      transform's 0-d resize ratios): they have no batch dim, while ncnn's engine outputs are per
-      image.
 
-    They are copied, not moved, since the head may need the same value (a reshape by batch).
-    """
-    recompute: set[Node] = set()
-    stack = [a for n in tail for a in n.all_input_nodes]
+def _engine_work_late(compute: list[Node], stage_of: dict[Node, int]) -> dict[Node, int]:
+    """Engine work that only a later engine stage reads moves into that stage, so that the
+    stages hand over the values it starts from (the encoder's memory, per image) rather than
+    what is derived from them (the memory split into heads, batch times heads on dim 0, which an
+    engine that runs per image cannot hand over)."""
+    needed: dict[Node, float] = {}
+    for node in reversed(compute):
+        users = [stage_of.get(u, needed.get(u, float("inf"))) for u in node.users if u.op != "output"]
+        needed[node] = min(users, default=float("inf"))
+        stage = stage_of.get(node)
+        if stage is not None and stage % 2 == 0 and needed[node] != float("inf"):
+            latest = int(needed[node]) - int(needed[node]) % 2
+            if latest > stage:
+                stage_of[node] = latest
+                needed[node] = latest
+    return stage_of
+
+
+def _with_copies(nodes: list[Node], copied: set[Node]) -> list[Node]:
+    """``nodes`` and the copied values they need, in graph order."""
+    chosen = set(nodes)
+    stack = [a for n in nodes for a in n.all_input_nodes]
     while stack:
         node = stack.pop()
-        if node in tail or node in recompute or node.op in ("placeholder", "get_attr"):
+        if node in chosen or node not in copied:
             continue
-        if not (isinstance(node.meta.get("val"), _SIZES) or node in input_free):
-            continue  # a tensor computed from the inputs: the engine hands it over as an output
-        recompute.add(node)
+        chosen.add(node)
         stack.extend(node.all_input_nodes)
-    return recompute
+    graph_order = {n: i for i, n in enumerate(next(iter(chosen)).graph.nodes)} if chosen else {}
+    return sorted(chosen, key=graph_order.__getitem__)
+
+
+def _rebind_sizes(nodes: list[Node], inputs: list[Node]) -> dict[Node, tuple[Node, int]]:
+    """An engine stage after the first gets no input that it reads only for sizes: each such size
+    is read from another of its inputs with the same symbolic dim (the batch, from any per-image
+    value), and the input is dropped from ``inputs``. ncnn would otherwise take a whole image per
+    call, unused. Returns the sizes to read elsewhere: sym_size node -> (input, dim)."""
+    rebound: dict[Node, tuple[Node, int]] = {}
+    inside = set(nodes)
+    for tensor in list(inputs):
+        users = [u for u in tensor.users if u in inside]
+        if not users or not all(u.target is _aten.sym_size.int for u in users):
+            continue
+        found = {u: _same_dim(u, [i for i in inputs if i is not tensor]) for u in users}
+        if all(found.values()):
+            rebound.update(found)
+            inputs.remove(tensor)
+    return rebound
+
+
+def _same_dim(size: Node, candidates: list[Node]) -> tuple[Node, int] | None:
+    expr = size.meta["val"].node.expr if isinstance(size.meta.get("val"), torch.SymInt) else None
+    for node in candidates:
+        value = node.meta.get("val")
+        if expr is None or not isinstance(value, torch.Tensor):
+            continue
+        for dim, other in enumerate(value.shape):
+            if isinstance(other, torch.SymInt) and other.node.expr == expr:
+                return node, dim
+    return None
 
 
 def _input_free(gm: GraphModule) -> set[Node]:
@@ -198,18 +305,10 @@ def _random(node: Node) -> bool:
     return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
-def _prune_unused(head_nodes: list[Node], recompute: set[Node]) -> list[Node]:
-    """Drop the sizes that only the tail needed, so the engine gets no input it does not use."""
-    kept = set(head_nodes)
-    changed = True
-    while changed:
-        unused = {n for n in kept & recompute if not any(u in kept for u in n.users)}
-        kept -= unused
-        changed = bool(unused)
-    return [n for n in head_nodes if n in kept]
-
-
-def _part(gm: GraphModule, nodes: list[Node], inputs: list[Node], outputs: list[Node]) -> GraphModule:
+def _part(
+    gm: GraphModule, nodes: list[Node], inputs: list[Node], outputs: list[Node],
+    rebound: dict[Node, tuple[Node, int]],
+) -> GraphModule:
     """A standalone GraphModule of ``nodes``; weights are copied in as attributes, not inputs."""
     graph = Graph()
     env: dict[Node, Node] = {}
@@ -220,30 +319,29 @@ def _part(gm: GraphModule, nodes: list[Node], inputs: list[Node], outputs: list[
         for attr in node.all_input_nodes:
             if attr.op == "get_attr" and attr not in env:
                 env[attr] = graph.node_copy(attr)
-        env[node] = graph.node_copy(node, lambda a: env[a])
+        if node in rebound:  # the same size, read from another input
+            source, dim = rebound[node]
+            env[node] = graph.call_function(node.target, (env[source], dim))
+            env[node].meta = dict(node.meta)
+        else:
+            env[node] = graph.node_copy(node, lambda a: env[a])
     graph.output(tuple(env[n] for n in outputs))
     part = GraphModule(gm, graph)
     part.eval()
     return part
 
 
-def _wire(
-    placeholders: list[Node], head_inputs: list[Node], head_outputs: list[Node],
-    tail_inputs: list[Node], tail_outputs: list[Node], finals: list[object],
-) -> Graph:
+def _wire(placeholders: list[Node], inputs: list[list[Node]], outputs: list[list[Node]], finals: list[object]) -> Graph:
     graph = Graph()
     env: dict[Node, Node] = {}
     for node in placeholders:
         env[node] = graph.placeholder(node.name)
         env[node].meta = dict(node.meta)
-    head = graph.call_module(HEAD, tuple(env[n] for n in head_inputs))
-    for k, node in enumerate(head_outputs):
-        env[node] = graph.call_function(operator.getitem, (head, k))
-        env[node].meta = dict(node.meta)
-    tail = graph.call_module(TAIL, tuple(env[n] for n in tail_inputs))
-    for k, node in enumerate(tail_outputs):
-        env[node] = graph.call_function(operator.getitem, (tail, k))
-        env[node].meta = dict(node.meta)
+    for s, (needed, made) in enumerate(zip(inputs, outputs, strict=True)):
+        call = graph.call_module(f"{STAGE}{s}", tuple(env[n] for n in needed))
+        for k, node in enumerate(made):
+            env[node] = graph.call_function(operator.getitem, (call, k))
+            env[node].meta = dict(node.meta)
     for node in finals:
         if isinstance(node, Node) and node not in env:  # a weight returned as is
             env[node] = graph.node_copy(node)

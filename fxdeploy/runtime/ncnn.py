@@ -1,7 +1,8 @@
-"""ncnn executor: one shared Net, one Extractor per image, and the host tail after it."""
+"""ncnn executor: the stages in order, one shared Net per engine stage and one Extractor per image."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ from fxdeploy.settings import Settings
 class NcnnExecutor(Executor):
     """Thread-safe: an ncnn Net may be shared, and each call makes its own extractors.
 
-    ncnn blobs have no batch axis, so the net runs once per image and the outputs are stacked;
-    the lowering only accepts graphs whose inputs and outputs all lead with the batch.
+    The plan is a list of stages, run in order: engine stages on ncnn, host stages (NMS, a top-k
+    query selection) as TorchScript. ncnn blobs have no batch axis, so each engine stage runs once
+    per image and its outputs are stacked; the lowering only accepts engine stages whose inputs and
+    outputs all lead with the batch.
     """
 
     thread_safe = True
@@ -28,48 +31,103 @@ class NcnnExecutor(Executor):
 
         super().__init__()
         self._ncnn = ncnn
-        plan = manifest["info"]["ncnn"]
-        self.net = ncnn.Net()
-        configure(self.net.opt, settings)
-        for kind, name, loader in (("param", "model.ncnn.param", self.net.load_param),
-                                   ("model", "model.ncnn.bin", self.net.load_model)):
-            code = loader(str(directory / name))
-            if code != 0:
-                raise ArtifactError(f"ncnn: load_{kind}({directory / name}) failed with code {code}")
-        self.inputs = [(spec["name"], spec["blob"]) for spec in plan["inputs"]]
-        self.head = [(s["blob"], tuple(s["shape"]), _dtype(s["dtype"])) for s in plan["head_outputs"]]
-        with quiet_jit():
-            self.tail = torch.jit.load(str(directory / plan["host_tail"])) if plan["host_tail"] else None
-        self.tail_inputs = [tuple(source) for source in plan["tail_inputs"]]
-        self.sources = [tuple(source) for source in plan["outputs"]]
+        plan = _staged(manifest["info"]["ncnn"], [spec["name"] for spec in manifest["inputs"]])
+        self.nets: list[Any] = []
+        """One ncnn Net per engine stage, in order."""
+        self.stages: list[tuple[Callable[[list[torch.Tensor]], list[torch.Tensor]], list[Source]]] = []
+        for spec in plan["stages"]:
+            run = self._engine(directory, spec, settings) if spec["kind"] == "engine" else _host(directory, spec)
+            self.stages.append((run, [_source(source) for source in spec["sources"]]))
+        self.sources = [_source(source) for source in plan["outputs"]]
         self.output_names = [o["name"] for o in manifest["outputs"]]
 
-    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        head = self._run_net([feeds[name].numpy() for name, _ in self.inputs])
-        values: dict[str, list[torch.Tensor]] = {"input": list(feeds.values()), "head": head, "tail": []}
-        if self.tail is not None:
-            args = [values[part][k] for part, k in self.tail_inputs]
-            with torch.inference_mode():
-                values["tail"] = list(self.tail(*args))
-        pairs = zip(self.output_names, self.sources, strict=True)
-        return {name: values[part][k] for name, (part, k) in pairs}
+    def _engine(
+        self, directory: Path, spec: dict[str, Any], settings: Settings
+    ) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+        net = self._ncnn.Net()
+        configure(net.opt, settings)
+        self.nets.append(net)
+        for kind, loader in (("param", net.load_param), ("bin", net.load_model)):
+            code = loader(str(directory / spec[kind]))
+            if code != 0:
+                raise ArtifactError(f"ncnn: loading {directory / spec[kind]} failed with code {code}")
+        blobs = [(blob, blob in _overwritten(net, spec["blobs"])) for blob in spec["blobs"]]
+        batched = bool(spec.get("batched_inputs", False))
+        outputs = [(s["blob"], tuple(s["shape"]), _dtype(s["dtype"])) for s in spec["outputs"]]
+        return lambda args: self._run_net(net, blobs, outputs, [x.numpy() for x in args], batched)
 
-    def _run_net(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        values: dict[Source, torch.Tensor] = {("input", i): x for i, x in enumerate(feeds.values())}
+        for s, (run, sources) in enumerate(self.stages):
+            values.update(((s, k), v) for k, v in enumerate(run([values[source] for source in sources])))
+        return {name: values[source] for name, source in zip(self.output_names, self.sources, strict=True)}
+
+    def _run_net(
+        self, net: Any, blobs: list[tuple[str, bool]], outputs: list[tuple[str, tuple[int, ...], torch.dtype]],
+        arrays: list[np.ndarray], batched: bool,
+    ) -> list[torch.Tensor]:
+        """``batched``: the engine takes each image with a leading 1 (see the lowering's _input_layout)."""
         batch = arrays[0].shape[0]
-        rows: list[list[np.ndarray]] = [[] for _ in self.head]
+        rows: list[list[np.ndarray]] = [[] for _ in outputs]
         for b in range(batch):
-            extractor = self.net.create_extractor()
-            mats = [self._ncnn.Mat(array[b]) for array in arrays]  # kept alive: Mat borrows the buffer
-            for (name, blob), mat in zip(self.inputs, mats, strict=True):
+            extractor = net.create_extractor()
+            # kept alive: a Mat borrows its buffer
+            images = [np.ascontiguousarray(array[b : b + 1] if batched else array[b]) for array in arrays]
+            mats = [self._ncnn.Mat(image) for image in images]
+            mats = [mat.clone() if copy else mat for mat, (_, copy) in zip(mats, blobs, strict=True)]
+            for (blob, _), mat in zip(blobs, mats, strict=True):
                 if extractor.input(blob, mat) != 0:
-                    raise RuntimeError(f"ncnn: cannot set input {name!r} (blob {blob}) for image {b}")
-            for k, (blob, shape, _) in enumerate(self.head):
+                    raise RuntimeError(f"ncnn: cannot set input blob {blob} for image {b}")
+            for k, (blob, shape, _) in enumerate(outputs):
                 code, mat = extractor.extract(blob)
                 if code != 0:
                     raise RuntimeError(f"ncnn: extracting blob {blob} failed with code {code} for image {b}")
                 rows[k].append(_per_image(np.array(mat), shape, blob))
-        dtypes = [dtype for _, _, dtype in self.head]
-        return [torch.from_numpy(_stack(r)).to(d) for r, d in zip(rows, dtypes, strict=True)]
+        return [torch.from_numpy(_stack(r)).to(dtype) for r, (_, _, dtype) in zip(rows, outputs, strict=True)]
+
+
+Source = tuple[str | int, int]
+
+
+def _overwritten(net: Any, inputs: list[str]) -> set[str]:
+    """Input blobs whose first layer works in place (an activation, a scalar BinaryOp, as the first
+    op of a stage after a host stage often is). ncnn then writes into the input Mat itself, and
+    with a Mat that wraps a numpy array it crashes (a segfault, in ncnn 1.0.20261020): those
+    inputs are copied into a Mat of ncnn's own on each call. Others are passed without a copy."""
+    layers, blobs = net.layers(), {blob.name: blob for blob in net.blobs()}
+    return {name for name in inputs if blobs[name].consumer >= 0 and layers[blobs[name].consumer].support_inplace}
+
+
+def _source(value: list[Any]) -> Source:
+    return (value[0], int(value[1]))
+
+
+def _host(directory: Path, spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    with quiet_jit():
+        module = torch.jit.load(str(directory / spec["file"]))
+
+    def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
+        with torch.inference_mode():
+            return list(module(*args))
+
+    return run
+
+
+def _staged(plan: dict[str, Any], input_names: list[str]) -> dict[str, Any]:
+    """Artifacts written before stages existed hold one engine ("head") and one host "tail"."""
+    if "stages" in plan:
+        return plan
+    number = {"input": "input", "head": 0, "tail": 1}
+    engine = {
+        "kind": "engine", "param": "model.ncnn.param", "bin": "model.ncnn.bin",
+        "blobs": [spec["blob"] for spec in plan["inputs"]], "outputs": plan["head_outputs"],
+        "sources": [["input", input_names.index(spec["name"])] for spec in plan["inputs"]],
+    }
+    stages = [engine]
+    if plan["host_tail"]:
+        sources = [[number[part], k] for part, k in plan["tail_inputs"]]
+        stages.append({"kind": "host", "file": plan["host_tail"], "sources": sources})
+    return {"stages": stages, "outputs": [[number[part], k] for part, k in plan["outputs"]]}
 
 
 def configure(opt: Any, settings: Settings) -> None:

@@ -59,7 +59,7 @@ def test_the_engine_hands_over_raw_boxes_and_scores_only(lowered: tuple[nn.Modul
     """Per image (ncnn's blobs have no batch): [A, 4] boxes and [A, C] scores, nothing input-free."""
     _, deployed = lowered
     anchors = (32 // STRIDE) ** 2
-    heads = deployed.manifest["info"]["ncnn"]["head_outputs"]
+    heads = deployed.manifest["info"]["ncnn"]["stages"][0]["outputs"]
     assert sorted(h["shape"] for h in heads) == sorted([[anchors, 4], [anchors, CLASSES]])
     assert "host_postprocess_split" in deployed.report.fired
 

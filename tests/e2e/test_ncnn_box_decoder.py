@@ -70,7 +70,7 @@ def test_the_decoding_runs_in_the_engine(lowered: tuple[nn.Module, fxdeploy.Depl
     _, deployed = lowered
     assert "strided_slices" in deployed.report.fired
     anchors = (SIZE // STRIDE) ** 2
-    heads = deployed.manifest["info"]["ncnn"]["head_outputs"]
+    heads = deployed.manifest["info"]["ncnn"]["stages"][0]["outputs"]
     assert sorted(h["shape"] for h in heads) == sorted([[anchors, 4], [anchors, CLASSES]])
 
 

@@ -122,7 +122,7 @@ def test_detector_with_nms_matches_eager(lowered, target: str) -> None:
 def test_ncnn_runs_nms_on_the_host(lowered) -> None:
     _, _, deployed = lowered("detector", "ncnn")
     assert "host_postprocess_split" in deployed.report.fired
-    assert "host_tail.pt" in deployed.manifest["files"]
+    assert "host.1.pt" in deployed.manifest["files"]
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -191,7 +191,7 @@ def test_openvino_compiles_in_fp32_with_the_configured_threads(lowered) -> None:
 
 def test_ncnn_runs_in_fp32_with_the_configured_threads(lowered) -> None:
     _, _, deployed = lowered("convnet", "ncnn")
-    opt = deployed.executor.net.opt
+    opt = deployed.executor.nets[0].opt
     flags = (opt.use_fp16_storage, opt.use_fp16_arithmetic, opt.use_fp16_packed, opt.use_bf16_storage)
     assert not any(flags)
     assert opt.num_threads == fxdeploy.Settings().threads

@@ -84,9 +84,10 @@ def test_the_engine_gets_and_returns_tensors_only() -> None:
     assert all(isinstance(n.meta["val"], torch.Tensor) for n in head_output.args[0])
     # The batch size both halves need is recomputed on the host, not exported from the engine.
     assert op_histogram(parts.tail)["aten.sym_size.int"] == 1
-    assert parts.head_inputs == [0, 1]
-    assert parts.tail_inputs == [("head", 0), ("head", 1), ("input", 0)]
-    assert parts.outputs == [("tail", 0), ("tail", 1), ("tail", 2), ("head", 2), ("head", 3)]
+    assert [stage.kind for stage in parts.stages] == ["engine", "host"]
+    assert parts.stages[0].inputs == [("input", 0), ("input", 1)]
+    assert parts.stages[1].inputs == [(0, 0), (0, 1), ("input", 0)]
+    assert parts.outputs == [(1, 0), (1, 1), (1, 2), (0, 2), (0, 3)]
 
 
 def test_graph_without_nms_is_not_modified() -> None:

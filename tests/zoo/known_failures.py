@@ -6,19 +6,20 @@ from __future__ import annotations
 
 from fxdeploy.errors import LoweringError
 
-KNOWN_FAILURES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
-    ("rt_detr_small", "ncnn"): (
-        "ncnn has no TopK, Gather or Select layer: RT-DETR's own query selection (RTDetrModel.forward, "
-        "transformers/models/rt_detr/modeling_rt_detr.py: torch.topk over the encoder scores, then gather) "
-        "stays in the engine part, and pnnx leaves torch.topk, torch.gather, Tensor.select and a dynamic "
-        "Tensor.reshape unconverted (LoweringError at check_layers). Needs a host-side split before the "
-        "query selection, or a substitution of it, to run on ncnn",
-        LoweringError,
-    ),
-}
+KNOWN_FAILURES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {}
 """(model, target) -> (reason, the exception lowering raises)."""
 
 NCNN_FIXED_HW: dict[str, str] = {
+    "rt_detr_small": (
+        "with a dynamic H/W, RT-DETR makes its anchors from the feature-map sizes at run time "
+        "(RTDetrModel._cached_generate_anchors: torch.arange over each level's height and width, then "
+        "aten.scalar_tensor of a size), and torch.jit.trace, which the ncnn lowering runs before pnnx, cannot "
+        "record aten::scalar_tensor of a size it reads at run time (LoweringError at trace: 'Expected a value of "
+        "type number'). Needs traceable_sizes to respell scalar_tensor of a size. At one H/W it lowers and matches "
+        "eager: the query selection (topk, gather) runs in a host stage between two engine stages, and the "
+        "decoder's deformable attention is substituted by a four-dims-per-image version (examples/zoo_deformable.py). "
+        "On ncnn this model gets a dynamic batch at one H/W"
+    ),
     "detr_small": (
         "with a dynamic H/W, DETR computes its sine position embedding and pixel mask from the input size at run "
         "time; pnnx keeps those ops dynamic and ncnn has no layer for them (torch.arange, torch.ones, torch.where, "

@@ -102,11 +102,14 @@ def lowered() -> Iterator[Callable[[str, str, bool], Lowered]]:
 
 
 def assert_untouched(model: nn.Module, entry: ZooEntry) -> None:
-    """Substitutions are scoped to the capture: the processor's class and instance are as before."""
+    """Substitutions are scoped to the capture: the classes and instances they touched (the
+    processor, RT-DETR's attention modules) are as before."""
     for target in entry.substitutions or {}:
-        processor = model.processor
-        assert getattr(type(processor), target.__name__) is target
-        assert target.__name__ not in vars(processor), "the instance override outlived lower()"
+        objects = (model.processor, *model.modules())
+        owners = [obj for obj in objects if getattr(type(obj), target.__name__, None) is target]
+        assert owners, f"no object in the model has {target.__qualname__}"
+        for obj in owners:
+            assert target.__name__ not in vars(obj), f"the override of {target.__qualname__} outlived lower()"
 
 
 def has_dynamic_hw(name: str) -> bool:

@@ -1,0 +1,75 @@
+"""The ncnn executor: inputs whose first layer works in place, and artifacts saved before stages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import fxdeploy
+from fxdeploy.artifact import MANIFEST, sha256
+from tests.e2e.test_targets import tiny_detector
+
+
+def require_ncnn() -> None:
+    status = fxdeploy.targets()["ncnn"]
+    if not status.available:
+        pytest.skip(f"ncnn: {status.reason}")
+
+
+class ActivationFirst(nn.Module):
+    """Both inputs go straight into layers ncnn runs in place (a Sigmoid, a scalar BinaryOp)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.sigmoid(x)) + (y * 2.0).mean((1, 2, 3), keepdim=True)
+
+
+def test_an_input_that_its_first_layer_overwrites_is_copied_not_crashed_on() -> None:
+    """ncnn 1.0.20261020 segfaults when an in-place layer writes into a Mat that wraps a numpy
+    array: the executor copies those inputs. The caller's tensors are left as they were."""
+    require_ncnn()
+    torch.manual_seed(0)
+    model = ActivationFirst().eval()
+    x, y = torch.randn(2, 3, 8, 8), torch.randn(2, 3, 8, 8)
+    deployed = fxdeploy.lower(model, (x, y), target="ncnn", dynamic_shapes={"x": {0: "batch"}, "y": {0: "batch"}})
+    fresh_x, fresh_y = torch.randn(3, 3, 8, 8), torch.randn(3, 3, 8, 8)
+    kept_x, kept_y = fresh_x.clone(), fresh_y.clone()
+    for _ in range(2):
+        got = deployed(fresh_x, fresh_y)
+    with torch.no_grad():
+        want = model(fresh_x, fresh_y)
+    assert float((got - want).abs().max()) < 1e-4
+    assert torch.equal(fresh_x, kept_x) and torch.equal(fresh_y, kept_y)
+
+
+def test_an_artifact_saved_with_one_head_and_one_tail_still_loads(tmp_path: Path) -> None:
+    """The plan before stages: "head_outputs", "host_tail", "tail_inputs", sources named "head"/"tail"."""
+    require_ncnn()
+    model, (x,) = tiny_detector()
+    deployed = fxdeploy.lower(model, (x,), target="ncnn", dynamic_shapes={"x": {0: ("batch", 1, 8)}})
+    deployed.save(tmp_path)
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    engine, host = manifest["info"]["ncnn"]["stages"]
+    names = {0: "head", 1: "tail", "input": "input"}
+    (tmp_path / host["file"]).rename(tmp_path / "host_tail.pt")
+    manifest["files"].pop(host["file"])
+    manifest["files"]["host_tail.pt"] = sha256(tmp_path / "host_tail.pt")
+    manifest["info"]["ncnn"] = {
+        "inputs": [{"name": "x", "blob": "in0"}],
+        "head_outputs": engine["outputs"],
+        "host_tail": "host_tail.pt",
+        "tail_inputs": [[names[part], k] for part, k in host["sources"]],
+        "outputs": [[names[part], k] for part, k in manifest["info"]["ncnn"]["outputs"]],
+    }
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    old = fxdeploy.load(tmp_path)
+    fresh = torch.randn(3, 3, 32, 32)
+    for got, want in zip(old.execute({"x": fresh}).values(), deployed.execute({"x": fresh}).values(), strict=True):
+        assert torch.equal(got, want)
