@@ -149,6 +149,9 @@ def _traceable(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
             keep = {k: v for k, v in kwargs.items() if k in ("dtype", "device")}
             name = node.target.overloadpacket.__name__
             return graph.call_function(getattr(torch, name), args, keep)
+        if node.target is _aten.scalar_tensor.default:
+            keep = {k: v for k, v in kwargs.items() if k == "dtype"}
+            return graph.call_function(size_as_tensor, args[:1], keep)
         if node.target in _UPSAMPLE:
             mode = _UPSAMPLE[node.target]
             size, scale = args[1], args[-1] if len(args) > 2 else kwargs.get("scale_factors")
@@ -156,6 +159,19 @@ def _traceable(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
             options = {"size": size, "scale_factor": scale, "mode": mode, **extra}
             return graph.call_function(torch.nn.functional.interpolate, (args[0],), options)
     return None
+
+
+def size_as_tensor(size: int | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``aten.scalar_tensor`` of a size, in a form ``torch.jit.trace`` records.
+
+    While tracing, ``Tensor.size(d)`` hands over a 0-dim tensor that stands for the run-time size;
+    ``aten::scalar_tensor`` takes only a number, so the tracer fails on it. A cast of that tensor is
+    recorded and keeps following the input size.
+    """
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if isinstance(size, torch.Tensor):
+        return size.to(dtype)
+    return torch.scalar_tensor(size, dtype=dtype)
 
 
 def _refuse_custom_ops(gm: torch.fx.GraphModule, target: str) -> None:

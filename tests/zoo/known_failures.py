@@ -11,14 +11,19 @@ KNOWN_FAILURES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {}
 
 NCNN_FIXED_HW: dict[str, str] = {
     "rt_detr_small": (
-        "with a dynamic H/W, RT-DETR makes its anchors from the feature-map sizes at run time "
-        "(RTDetrModel._cached_generate_anchors: torch.arange over each level's height and width, then "
-        "aten.scalar_tensor of a size), and torch.jit.trace, which the ncnn lowering runs before pnnx, cannot "
-        "record aten::scalar_tensor of a size it reads at run time (LoweringError at trace: 'Expected a value of "
-        "type number'). Needs traceable_sizes to respell scalar_tensor of a size. At one H/W it lowers and matches "
-        "eager: the query selection (topk, gather) runs in a host stage between two engine stages, and the "
-        "decoder's deformable attention is substituted by a four-dims-per-image version (examples/zoo_deformable.py). "
-        "On ncnn this model gets a dynamic batch at one H/W"
+        "with a dynamic H/W, RT-DETR makes its anchors and valid mask (RTDetrModel._cached_generate_anchors) "
+        "and its encoder's 2-D sin-cos position embedding from the feature-map sizes at run time; pnnx keeps "
+        "those ops dynamic and ncnn has no layer for them (torch.arange, aten::meshgrid, aten::outer, "
+        "torch.ones_like, torch.gt/lt, aten::all, torch.where, Tensor.to, the anchors' stack as a "
+        "Tensor.reshape, pnnx.Expression), so lower() raises LoweringError at check_layers, advising a "
+        "batch-only lowering. (It used to stop earlier, at torch.jit.trace, on RT-DETR's spatial_shapes[l, 0] = "
+        "height: aten.scalar_tensor of a run-time size; traceable_sizes now respells it, "
+        "tests/lowering/test_traceable_sizes.py.) What would lift it: these values depend on the image's size "
+        "only, so a host stage ahead of the first engine could compute them and feed them in as inputs; not "
+        "built. At one H/W it lowers and matches eager: the query selection (topk, gather) runs in a host stage "
+        "between two engine stages, and the decoder's deformable attention is substituted by a "
+        "four-dims-per-image version (examples/zoo_deformable.py). On ncnn this model gets a dynamic batch at "
+        "one H/W"
     ),
     "detr_small": (
         "with a dynamic H/W, DETR computes its sine position embedding and pixel mask from the input size at run "
