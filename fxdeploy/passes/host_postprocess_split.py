@@ -4,8 +4,10 @@ The *host* nodes are each ``multiclass_nms`` and everything that depends on it, 
 ncnn has no layer for (top-k, sort, gather, indexing by a computed index, nonzero) wherever they
 read the inputs: a DETR-style query selection in mid-network. With them go the comparisons,
 casts, argmaxes and views that feed only host nodes (a keep mask made into NMS scores, a
-per-level candidate selection), and what is computed from host values for host nodes only (the
-index expanded between a top-k and its gather). Every other node runs on the engine.
+per-level candidate selection), and the views and elementwise ops computed from host values for
+host nodes only (the index expanded between a top-k and its gather; Faster R-CNN's level offsets
+on the top-k's indices, and the sigmoid, clip and size test of the proposals it gathered). Every
+other node runs on the engine.
 
 Nodes are put in stages 0, 1, 2, ... (engine stages even, host stages odd), each in the first
 stage of its kind at or after the stages of its inputs, so a detector whose NMS is last gets two
@@ -44,17 +46,18 @@ _HOST_ONLY = frozenset({
     _aten.gt, _aten.ge, _aten.lt, _aten.le, _aten.eq, _aten.ne, _aten.where, _aten.logical_and,
     _aten.logical_or, _aten.logical_xor, _aten.logical_not, _aten.bitwise_not, _aten.to, _aten._to_copy,
     _aten.argmax, _aten.argmin, _aten.topk, _aten.sort, _aten.zeros_like, _aten.ones_like, _aten.full_like,
+    _aten.__and__, _aten.__or__, _aten.bitwise_and, _aten.bitwise_or,
 })
 """Ops without an ncnn layer (its ArgMax reduces the whole blob, not an axis; it has no TopK or
 sort): where they feed only host nodes, they run on the host with them. A candidate selection
 ahead of the NMS (the k-th best score per level, and the scores below it zeroed) is made of them."""
 _VIEWS = frozenset({
     _aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view, _aten.slice,
-    _aten.select, _aten.flatten, _aten.expand, _aten.repeat, _aten.view_as, _aten.cat, operator.getitem,
+    _aten.select, _aten.flatten, _aten.expand, _aten.repeat, _aten.view_as, _aten.cat, _aten.stack, operator.getitem,
 })
 """Moved with those ops when between them and a host node, never on their own (``getitem`` picks
-one output of a multi-output op, topk's values; ``cat`` joins per-level selections; ``repeat``
-expands a top-k's indices for a gather)."""
+one output of a multi-output op, topk's values; ``cat`` and ``stack`` join per-level selections or
+box corners; ``repeat`` expands a top-k's indices for a gather)."""
 _MOVABLE = _HOST_ONLY | _VIEWS
 
 _SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
@@ -143,7 +146,7 @@ def _host_nodes(gm: GraphModule, free: set[Node]) -> set[Node]:
     seeds += [n for n in after if _packet(n) in _BY_INDEX]
     host = _descendants(nms) | set(seeds)
     host |= _host_only_inputs(host)
-    return _host_fed_only_host(gm, host)
+    return _host_fed_only_host(gm, host, free)
 
 
 def _descendants(roots: list[Node]) -> set[Node]:
@@ -178,21 +181,35 @@ def _host_only_inputs(host: set[Node]) -> set[Node]:
         views -= alone
 
 
-def _host_fed_only_host(gm: GraphModule, host: set[Node]) -> set[Node]:
-    """Add the views and host-only ops computed from host values that feed host nodes only (the
-    index expanded between a top-k and its gather): an engine stage there would only pass values
-    back and forth. Other compute after a host node stays on an engine (DETR's whole decoder
-    reads a mask; it is not the host's to run)."""
-    after = {n for n in _descendants(list(host)) - host if _packet(n) in _MOVABLE}
-    host = set(host)
+def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> set[Node]:
+    """Add what is computed after host values for host nodes only: an engine stage there would
+    only pass values back and forth. That is each view or host-only op, and each elementwise op
+    that reads no engine value (an offset added to a top-k's indices; the sigmoid, clip and size
+    test of gathered proposals before their NMS). An item of a host node's outputs is the host's
+    too: a stage hands over tensors, not tuples. Other compute after a host node stays on an
+    engine: layers with weights (a decoder on gathered queries), and anything that reads an engine
+    value (DETR's whole decoder reads a mask)."""
+    after = _descendants(list(host)) - host
+    host = set(host) | {n for n in after if _packet(n) is operator.getitem and n.args[0] in host}
+    engine_free = set(host)  # computed from host values, sizes and weights only
+    for node in gm.graph.nodes:
+        if node in after and all(a in engine_free or a in free or a.op == "get_attr"
+                                 or isinstance(a.meta.get("val"), _SIZES) for a in node.all_input_nodes):
+            engine_free.add(node)
     changed = True
     while changed:
         changed = False
         for node in reversed(gm.graph.nodes):
-            if node in after and node not in host and all(u in host for u in node.users):
+            if node not in after or node in host or not node.users or not all(u in host for u in node.users):
+                continue
+            if _packet(node) in _MOVABLE or (node in engine_free and _pointwise(node)):
                 host.add(node)
                 changed = True
     return host
+
+
+def _pointwise(node: Node) -> bool:
+    return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
 
 
 def _packet(node: Node) -> object:

@@ -57,26 +57,20 @@ HW_CAPTURE_FAILS: dict[str, str] = {
 
 _TORCHVISION_NCNN_BATCH = (
     "a list of images fixes the batch at 2, and ncnn runs one image at a time, so the graph is traced at "
-    "batch 1 and the unbind of 2 images fails (LoweringError at trace: IndexError). At batch 1 RetinaNet, FCOS "
-    "and SSD lower and match eager: the host split takes the anchors, resize ratios and candidate selection "
-    "(tests/e2e/test_ncnn_anchor_detector.py), and the ncnn passes respell torchvision's strided slices "
+    "batch 1 and the unbind of 2 images fails (LoweringError at trace: IndexError). At batch 1 RetinaNet, FCOS, "
+    "SSD and Faster R-CNN lower and match eager: the host split takes the anchors, resize ratios and candidate "
+    "selection (tests/e2e/test_ncnn_anchor_detector.py), and for Faster R-CNN the proposal selection with the "
+    "elementwise work on what it gathered, then RoIAlign and the box head after the proposals' NMS "
+    "(tests/e2e/test_ncnn_proposal_detector.py), and the ncnn passes respell torchvision's strided slices "
     "(strided_slices), its batch-axis selects (unit_selects) and its in-place copy into the padded batch, which "
     "pnnx had folded into constants (padded_copies; tests/e2e/test_ncnn_batch_images.py). Needs a per-image "
     "capture of a batch-independent list model"
-)
-_FASTER_RCNN_NCNN = (
-    "the region proposal network's selection runs between two engine parts: its per-level topk, gather, index, "
-    "ge and eq pick the proposals that RoIAlign and the box head then read, so the host split (which cuts only "
-    "after the last engine op) cannot take it, and pnnx leaves torch.topk, torch.gather, Tensor.index, torch.ge, "
-    "torch.eq and a pnnx.Expression that ncnn has no layer for (LoweringError at check_layers). Needs an "
-    "engine-host-engine split around the proposal selection"
 )
 TORCHVISION_FAILURES: dict[tuple[str, str, int], tuple[str, type[BaseException]]] = {
     **{
         (name, "ncnn", 2): (_TORCHVISION_NCNN_BATCH, LoweringError)
         for name in ("retinanet", "fcos", "ssd", "faster_rcnn")
     },
-    ("faster_rcnn", "ncnn", 1): (_FASTER_RCNN_NCNN, LoweringError),
 }
 """(torchvision model, target, batch) -> (reason, the exception lowering raises); see test_zoo_torchvision.py."""
 
