@@ -13,6 +13,7 @@ from fxdeploy.passes.remove_noops import remove_noops
 from fxdeploy.passes.strided_slices import strided_slices
 from fxdeploy.passes.substitute_nms import substitute_nms
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
+from fxdeploy.passes.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.unit_selects import unit_selects
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
@@ -26,10 +27,11 @@ ONNX: tuple[Pass, ...] = (*CLEANUP, substitute_nms, precision_policy, tensorize_
 TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # ncnn: no precision policy (ncnn's own fp16 switches set the precision, engine-wide), then the
 # pnnx/ncnn workarounds (they change no outputs), then the host split last: it cuts the final
-# graph, so it must see the final outputs and every NMS.
+# graph, so it must see the final outputs and every NMS. unit_broadcasts after unit_selects: a
+# per-layer position embedding's select becomes a squeeze first, leaving the [1, N, C] operand.
 NCNN: tuple[Pass, ...] = (
     *CLEANUP, substitute_nms, tensorize_outputs, float_attention_mask, padded_copies, strided_slices,
-    unit_selects, host_postprocess_split,
+    unit_selects, unit_broadcasts, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

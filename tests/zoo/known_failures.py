@@ -32,14 +32,6 @@ NCNN_FIXED_HW: dict[str, str] = {
         "strided slices now become reshapes and selects), so lower() raises LoweringError at "
         "check_layers, advising a batch-only lowering. On ncnn this model gets a dynamic batch at one H/W"
     ),
-    "yolos_small": (
-        "with a dynamic H/W, pnnx keeps a torch.unbind (Tensor.select) that it folds away at a static size, and "
-        "ncnn has no layer for it, so lower() raises LoweringError at check_layers, advising a batch-only lowering. "
-        "The captured graph's only selects are YOLOS's own position-embedding interpolation "
-        "(transformers/models/yolos/modeling_yolos.py: pos_embed[:, 0, :], interpolated_mid_position_embeddings[i]), "
-        "which depends on H/W; the postprocess substitution has none. "
-        "On ncnn this model gets a dynamic batch at one H/W"
-    ),
 }
 """Models whose H/W stays static on ncnn (every other target takes it dynamic)."""
 
