@@ -30,7 +30,11 @@ NCNN_FIXED_HW: dict[str, str] = {
         "time; pnnx keeps those ops dynamic and ncnn has no layer for them (torch.arange, torch.ones, torch.where, "
         "torch.ge, torch.flatten, torch.unbind, Tensor.index/expand/reshape/to, pnnx.Expression; the embedding's "
         "strided slices now become reshapes and selects), so lower() raises LoweringError at "
-        "check_layers, advising a batch-only lowering. On ncnn this model gets a dynamic batch at one H/W"
+        "check_layers, advising a batch-only lowering. What would lift it: a host stage ahead of the first "
+        "engine computing those size-made values (as for RT-DETR). A probe (the values fed to the engine as "
+        "inputs, by hand) shows what would remain: pnnx then converts everything but the reshape of the "
+        "encoder's attention mask inside its MultiHeadAttention fusion (Tensor.reshape at a dynamic size, two "
+        "layers). On ncnn this model gets a dynamic batch at one H/W"
     ),
 }
 """Models whose H/W stays static on ncnn (every other target takes it dynamic)."""
