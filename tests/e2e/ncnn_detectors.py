@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 import fxdeploy
+from fxdeploy.passes.host_postprocess_split import SplitParts
 from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 
@@ -34,3 +37,25 @@ def assert_matches_eager(model: nn.Module, deployed: fxdeploy.Deployed, size: in
         assert int(want[3].sum()) > batch
         assert_detections_match(want, got, score_atol=score_atol)
         assert not padding_problems(got)
+
+
+def ncnn_stages(
+    model: nn.Module, x: torch.Tensor, dynamic_shapes: Any = None
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, SplitParts]:
+    """``model`` captured and run through the ncnn pass pipeline, without lowering: the captured
+    graph (a copy), the passed graph, and its stages."""
+    from fxdeploy.capture import capture
+    from fxdeploy.passes.base import run_pipeline
+    from fxdeploy.passes.host_postprocess_split import split_parts
+    from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES
+    from fxdeploy.targets import get_target
+
+    settings = fxdeploy.Settings()
+    captured = capture(model.eval(), (x,), dynamic_shapes=dynamic_shapes, settings=settings)
+    gm = captured.graph_module
+    gm.meta[OUTPUT_NAMES] = captured.output_names
+    reference = copy.deepcopy(gm)
+    gm, _ = run_pipeline(gm, get_target("ncnn").pipeline, settings)
+    parts = split_parts(gm)
+    assert parts is not None, "host_postprocess_split did not fire"
+    return reference, gm, parts

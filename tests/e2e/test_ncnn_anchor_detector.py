@@ -18,7 +18,7 @@ from torch import nn
 
 import fxdeploy
 from fxdeploy.passes import op_histogram
-from tests.e2e.ncnn_detectors import assert_matches_eager, lower_on_ncnn
+from tests.e2e.ncnn_detectors import assert_matches_eager, lower_on_ncnn, ncnn_stages
 
 CLASSES, TOP_K, KEEP, STRIDE = 3, 12, 20, 4
 
@@ -66,20 +66,8 @@ def test_the_engine_hands_over_raw_boxes_and_scores_only(lowered: tuple[nn.Modul
 
 def test_the_tail_holds_the_selection(lowered: tuple[nn.Module, fxdeploy.Deployed]) -> None:
     del lowered
-    from fxdeploy.capture import capture
-    from fxdeploy.passes.base import run_pipeline
-    from fxdeploy.passes.host_postprocess_split import split_parts
-    from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES
-    from fxdeploy.targets import get_target
-
     torch.manual_seed(0)
-    settings = fxdeploy.Settings()
-    captured = capture(AnchorDetector().eval(), (torch.randn(2, 3, 32, 32),), settings=settings)
-    gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
-    gm, _ = run_pipeline(gm, get_target("ncnn").pipeline, settings)
-    parts = split_parts(gm)
-    assert parts is not None
+    _, _, parts = ncnn_stages(AnchorDetector(), torch.randn(2, 3, 32, 32))
     head, tail = op_histogram(parts.head), op_histogram(parts.tail)
     for op in ("aten.topk.default", "aten.ge.Tensor", "aten.where.self", "aten.zeros_like.default"):
         assert op in tail and op not in head, op

@@ -20,7 +20,7 @@ from torch import nn
 
 import fxdeploy
 from fxdeploy.passes import op_histogram
-from tests.e2e.ncnn_detectors import assert_matches_eager, lower_on_ncnn
+from tests.e2e.ncnn_detectors import assert_matches_eager, lower_on_ncnn, ncnn_stages
 
 SIZE, KEEP = 32, 16
 LEVELS = ((4, 6), (8, 4))  # (stride, top-k) per level
@@ -82,20 +82,9 @@ def test_one_engine_then_the_host(lowered: tuple[nn.Module, fxdeploy.Deployed]) 
 
 
 def test_the_host_computes_on_what_it_gathered() -> None:
-    from fxdeploy.capture import capture
-    from fxdeploy.passes.base import run_pipeline
-    from fxdeploy.passes.host_postprocess_split import split_parts
-    from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES
-    from fxdeploy.targets import get_target
-
     torch.manual_seed(0)
-    settings = fxdeploy.Settings()
-    captured = capture(ProposalDetector().eval(), (torch.randn(2, 3, SIZE, SIZE),), settings=settings)
-    gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
-    gm, _ = run_pipeline(gm, get_target("ncnn").pipeline, settings)
-    parts = split_parts(gm)
-    assert parts is not None and [stage.kind for stage in parts.stages] == ["engine", "host"]
+    _, _, parts = ncnn_stages(ProposalDetector(), torch.randn(2, 3, SIZE, SIZE))
+    assert [stage.kind for stage in parts.stages] == ["engine", "host"]
     head, tail = op_histogram(parts.head), op_histogram(parts.tail)
     for op in ("aten.topk.default", "aten.gather.default", "aten.sigmoid.default", "aten.clamp.default",
                "aten.linear.default"):

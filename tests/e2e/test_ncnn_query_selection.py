@@ -9,15 +9,13 @@ unconverted (LoweringError).
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from torch import nn
 
 import fxdeploy
 from fxdeploy.passes import op_histogram
-from tests.e2e.ncnn_detectors import assert_matches_eager, lower_on_ncnn
+from tests.e2e.ncnn_detectors import assert_matches_eager, lower_on_ncnn, ncnn_stages
 
 CLASSES, QUERIES, SIZE, STRIDE, WIDTH = 3, 6, 32, 4, 16
 CELLS = (SIZE // STRIDE) ** 2
@@ -81,23 +79,9 @@ def test_four_stages_hand_over_per_image_values(lowered: tuple[nn.Module, fxdepl
 
 
 def test_the_stages_hold_what_each_runtime_can_run() -> None:
-    from fxdeploy.capture import capture
-    from fxdeploy.passes.base import run_pipeline
-    from fxdeploy.passes.host_postprocess_split import split_parts
-    from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES
-    from fxdeploy.targets import get_target
-
     torch.manual_seed(0)
-    settings = fxdeploy.Settings()
     x = torch.randn(2, 3, SIZE, SIZE)
-    captured = capture(QuerySelectingDetector(context=True).eval(), (x,), dynamic_shapes={"x": {0: ("batch", 1, 4)}},
-                       settings=settings)
-    gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
-    reference = copy.deepcopy(gm)
-    gm, _ = run_pipeline(gm, get_target("ncnn").pipeline, settings)
-    parts = split_parts(gm)
-    assert parts is not None
+    reference, gm, parts = ncnn_stages(QuerySelectingDetector(context=True), x, {"x": {0: ("batch", 1, 4)}})
     stages = [op_histogram(stage.module) for stage in parts.stages]
     assert {"aten.topk.default", "aten.gather.default", "aten.repeat.default"} <= set(stages[1])
     assert "fxdeploy.multiclass_nms.default" in stages[3]
