@@ -46,6 +46,7 @@ from transformers import (  # noqa: E402
 from transformers.models.rt_detr.modeling_rt_detr import RTDetrMultiscaleDeformableAttention  # noqa: E402
 
 from examples.zoo_deformable import deformable_attention  # noqa: E402
+from examples.zoo_vit import VIT_SUBSTITUTIONS, AnyResolution  # noqa: E402
 
 transformers.logging.set_verbosity_error()  # the "no torchvision, using the PIL processor" notice
 Factory = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
@@ -176,7 +177,7 @@ RT_DETR_SUBSTITUTIONS = {
 }
 """The postprocess, and the decoder's deformable attention at four dims per image (ncnn's limit;
 examples/zoo_deformable.py)."""
-FXDEPLOY_SUBSTITUTIONS = {**DETR_SUBSTITUTIONS, **YOLOS_SUBSTITUTIONS, **RT_DETR_SUBSTITUTIONS}
+FXDEPLOY_SUBSTITUTIONS = {**DETR_SUBSTITUTIONS, **YOLOS_SUBSTITUTIONS, **RT_DETR_SUBSTITUTIONS, **VIT_SUBSTITUTIONS}
 """Picked up by the CLI and the benchmark's subprocesses (``examples/zoo.py:detr_small``)."""
 
 
@@ -201,13 +202,14 @@ def resnet_small() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 
 
 def vit_small() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """ViT-style encoder, 4 layers of width 192 over 6x6 patches of a 96x96 image."""
+    """ViT-style encoder, 4 layers of width 192 over 6x6 patches of a 96x96 image, called with
+    ``interpolate_pos_encoding=True`` so that it takes other sizes (examples/zoo_vit.py)."""
     torch.manual_seed(0)
     config = ViTConfig(
         image_size=96, patch_size=16, hidden_size=192, num_hidden_layers=4, num_attention_heads=3,
         intermediate_size=768, num_labels=10,
     )
-    return ViTForImageClassification(config).eval(), _images(2, 96, 96)
+    return AnyResolution(ViTForImageClassification(config)).eval(), _images(2, 96, 96)
 
 
 def _spread_class_logits(head: nn.Linear, std: float, bias: float) -> None:
@@ -321,7 +323,7 @@ def _dims(dynamic_hw: bool, multiple: int = 1) -> dict[str, dict[int, Any]]:
 ZOO: dict[str, ZooEntry] = {
     "resnet50": ZooEntry(resnet50, None, "classifier", _dims(dynamic_hw=True)),
     "resnet_small": ZooEntry(resnet_small, None, "classifier", _dims(dynamic_hw=True)),
-    "vit_small": ZooEntry(vit_small, None, "classifier", _dims(dynamic_hw=False)),
+    "vit_small": ZooEntry(vit_small, VIT_SUBSTITUTIONS, "classifier", _dims(dynamic_hw=True)),
     "detr_small": ZooEntry(detr_small, DETR_SUBSTITUTIONS, "detector", _dims(dynamic_hw=True)),
     # RT-DETR's hybrid encoder concatenates 2x-upsampled maps with the next level's: H, W multiples of 32
     "rt_detr_small": ZooEntry(rt_detr_small, RT_DETR_SUBSTITUTIONS, "detector", _dims(dynamic_hw=True, multiple=32)),

@@ -15,6 +15,7 @@ from fxdeploy.passes.substitute_nms import substitute_nms
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.unit_selects import unit_selects
+from fxdeploy.passes.vacuous_masks import vacuous_masks
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
 CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
@@ -29,8 +30,9 @@ TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # pnnx/ncnn workarounds (they change no outputs), then the host split last: it cuts the final
 # graph, so it must see the final outputs and every NMS. unit_broadcasts after unit_selects: a
 # per-layer position embedding's select becomes a squeeze first, leaving the [1, N, C] operand.
+# vacuous_masks before float_attention_mask: an all-True mask goes, rather than becoming a float one.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, substitute_nms, tensorize_outputs, float_attention_mask, padded_copies, strided_slices,
+    *CLEANUP, substitute_nms, tensorize_outputs, vacuous_masks, float_attention_mask, padded_copies, strided_slices,
     unit_selects, unit_broadcasts, host_postprocess_split,
 )
 

@@ -43,18 +43,6 @@ NCNN_FIXED_HW: dict[str, str] = {
 }
 """Models whose H/W stays static on ncnn (every other target takes it dynamic)."""
 
-HW_CAPTURE_FAILS: dict[str, str] = {
-    "vit_small": (
-        "torch.export specializes H and W: ViTEmbeddings.forward (transformers/models/vit/modeling_vit.py:152) "
-        "tests `height != self.image_size[0]` and raises unless interpolate_pos_encoding=True; with it "
-        "(a wrapper baking it in, since fxdeploy inputs are tensors only), ViTEmbeddings.interpolate_pos_encoding "
-        "tests `num_patches == num_positions`, and torch.export still specializes H to 96 "
-        "(guard 1 + (H//16)*(W//16) == 37)"
-    ),
-}
-"""Models whose H/W cannot be dynamic: lowered with a dynamic batch only, on every target."""
-
-
 _TORCHVISION_NCNN_BATCH = (
     "a list of images fixes the batch at 2, and ncnn runs one image at a time, so the graph is traced at "
     "batch 1 and the unbind of 2 images fails (LoweringError at trace: IndexError). At batch 1 RetinaNet, FCOS, "
@@ -77,7 +65,6 @@ TORCHVISION_FAILURES: dict[tuple[str, str, int], tuple[str, type[BaseException]]
 
 def known_failure_lines() -> list[str]:
     lines = [f"- {model} on {target}: {reason}" for (model, target), (reason, _) in KNOWN_FAILURES.items()]
-    lines += [f"- {model}, dynamic H/W (every target): {reason}" for model, reason in HW_CAPTURE_FAILS.items()]
     lines += [f"- {model}, dynamic H/W on ncnn: {reason}" for model, reason in NCNN_FIXED_HW.items()]
     by_reason: dict[str, list[str]] = {}
     for (model, target, batch), (reason, _) in TORCHVISION_FAILURES.items():

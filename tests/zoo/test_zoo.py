@@ -25,7 +25,7 @@ import fxdeploy
 from examples.zoo import ZOO, ZooEntry
 from fxdeploy.errors import CaptureError, LoweringError
 from tests.zoo.checks import check_classifier, check_detections
-from tests.zoo.known_failures import HW_CAPTURE_FAILS, KNOWN_FAILURES, NCNN_FIXED_HW
+from tests.zoo.known_failures import KNOWN_FAILURES, NCNN_FIXED_HW
 
 TARGETS = list(fxdeploy.targets())
 TOLERANCE = {"ncnn": 1e-3}
@@ -43,9 +43,7 @@ def _cases() -> Iterator[Any]:
                 marks = [pytest.mark.zoo]
                 if (name, target) in FAST:
                     marks.append(pytest.mark.zoo_fast)
-                if check == "resolution" and name in HW_CAPTURE_FAILS:
-                    pass  # the test itself xfails, before lowering anything
-                elif (name, target) in KNOWN_FAILURES:
+                if (name, target) in KNOWN_FAILURES:
                     reason, raises = KNOWN_FAILURES[name, target]
                     marks.append(pytest.mark.xfail(reason=reason, raises=raises, strict=True))
                 elif check == "resolution" and target == "ncnn" and name in NCNN_FIXED_HW:
@@ -103,9 +101,9 @@ def lowered() -> Iterator[Callable[[str, str, bool], Lowered]]:
 
 def assert_untouched(model: nn.Module, entry: ZooEntry) -> None:
     """Substitutions are scoped to the capture: the classes and instances they touched (the
-    processor, RT-DETR's attention modules) are as before."""
+    processor, RT-DETR's attention modules, ViT's embeddings) are as before."""
     for target in entry.substitutions or {}:
-        objects = (model.processor, *model.modules())
+        objects = (*model.modules(), *([model.processor] if hasattr(model, "processor") else []))
         owners = [obj for obj in objects if getattr(type(obj), target.__name__, None) is target]
         assert owners, f"no object in the model has {target.__qualname__}"
         for obj in owners:
@@ -136,8 +134,6 @@ def check(name: str, model: nn.Module, deployed: fxdeploy.Deployed, x: torch.Ten
 def test_zoo_matches_eager(lowered, name: str, target: str, check_kind: str) -> None:
     require(target)
     dynamic_hw = has_dynamic_hw(name) and not (target == "ncnn" and name in NCNN_FIXED_HW and check_kind == "batch")
-    if check_kind == "resolution" and name in HW_CAPTURE_FAILS:
-        pytest.xfail(f"{name} lowers with a static H/W only: {HW_CAPTURE_FAILS[name]}")
     model, example, deployed = lowered(name, target, dynamic_hw)
     size = tuple(example.shape[2:]) if check_kind == "batch" else SECOND_RESOLUTION
     matched = sum(check(name, model, deployed, images(batch, size, seed), target) for seed, batch in enumerate(BATCHES))
@@ -149,12 +145,10 @@ def test_zoo_matches_eager(lowered, name: str, target: str, check_kind: str) -> 
 
 
 @pytest.mark.zoo
-@pytest.mark.parametrize("name", sorted(HW_CAPTURE_FAILS))
-def test_dynamic_hw_is_refused_at_capture(name: str) -> None:
-    """The reason recorded for a static H/W still holds; once capture succeeds this fails, and the
-    zoo entry should get a dynamic H/W."""
-    entry = ZOO[name]
-    model, (x,) = entry.factory()
-    dims = {"pixel_values": {0: ("batch", 1, 8), 2: ("height", 64, 256), 3: ("width", 64, 256)}}
+def test_vit_needs_its_position_substitution() -> None:
+    """Without examples/zoo_vit.py's substitution, torch.export pins the ViT's H and W to the
+    example's (transformers' shortcut for the trained grid size); once this capture succeeds, the
+    substitution can go."""
+    model, (x,) = ZOO["vit_small"].factory()
     with pytest.raises(CaptureError, match="height|width"):
-        fxdeploy.lower(model, (x,), dynamic_shapes=dims, substitutions=entry.substitutions)
+        fxdeploy.lower(model, (x,), dynamic_shapes=ZOO["vit_small"].dynamic_shapes)
