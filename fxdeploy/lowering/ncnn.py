@@ -17,6 +17,7 @@ import logging
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +58,20 @@ def lower_ncnn(
         outputs: list[Source] = [(0, k) for k in range(len(output_names))]
     else:
         stages, outputs = parts.stages, parts.outputs
+    batch = _graph_batch(gm)
     values: dict[Source, torch.Tensor] = {("input", i): x for i, x in enumerate(example_inputs)}
     files: list[str] = []
     plan: list[dict[str, Any]] = []
     for s, stage in enumerate(stages):
         args = [values[source] for source in stage.inputs]
+        if _is_empty(stage):  # an engine stage left with no work (all of it was needed later)
+            plan.append({"kind": "empty", "sources": []})
+            continue
         if stage.kind == "engine":
             labels = [input_names[i] if part == "input" and s == 0 else f"stage {s} input #{k}"
                       for k, (part, i) in enumerate(stage.inputs)]
             names = output_names if parts is None else None
-            entry = _lower_engine(stage.module, args, labels, names, out_dir, engine_files(s), fp16=fp16)
+            entry = _lower_engine(stage.module, args, labels, names, out_dir, engine_files(s), fp16=fp16, batch=batch)
         else:
             entry = {"file": f"host.{s}.pt"}
             with quiet_jit():
@@ -80,12 +85,21 @@ def lower_ncnn(
     return files, {"stages": plan, "outputs": [list(source) for source in outputs]}
 
 
+def _is_empty(stage: Stage) -> bool:
+    nodes = stage.module.graph.nodes
+    return not stage.inputs and not any(n.op == "call_function" for n in nodes)
+
+
 def _lower_engine(
     module: torch.fx.GraphModule, args: list[torch.Tensor], labels: list[str], output_names: list[str] | None,
-    out_dir: Path, names: tuple[str, str], *, fp16: bool,
+    out_dir: Path, names: tuple[str, str], *, fp16: bool, batch: str | None = None,
 ) -> dict[str, Any]:
     """Trace one engine stage at one image, convert it with pnnx, and check what ncnn can run."""
-    batch = _batch_symbol(module, labels)
+    shared = _shared_inputs(module, batch) if batch is not None else []
+    if shared:
+        module = _with_leading_one(module, shared)
+        args = [x[None] if k in shared else x for k, x in enumerate(args)]
+    batch = _batch_symbol(module, labels, shared)
     outputs = _head_outputs(module, batch, output_names)
     per_image = [x[:1] for x in args]
     try:
@@ -109,6 +123,7 @@ def _lower_engine(
         "param": names[0], "bin": names[1],
         "blobs": [f"in{k}" for k in range(len(args))],
         "batched_inputs": batched,
+        "shared_inputs": shared,
         "outputs": outputs,
     }
 
@@ -154,11 +169,54 @@ def _input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expe
     )
 
 
-def _batch_symbol(head: torch.fx.GraphModule, labels: list[str]) -> str:
-    """The one symbol (or static size) that dim 0 of every engine input shares."""
+def _graph_batch(gm: torch.fx.GraphModule) -> str | None:
+    """The batch (dim 0 of the first graph input), as ``_batch_symbol`` spells it."""
+    first = next((n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"), None)
+    return str(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() > 0 else None
+
+
+def _shared_inputs(stage: torch.fx.GraphModule, batch: str) -> list[int]:
+    """Inputs of a later engine stage that carry no batch axis: what a host stage made from the
+    image's size alone (RT-DETR's anchors and position embedding at a dynamic H/W, after
+    ``unit_broadcasts`` dropped their leading 1). Every image gets the same one."""
+    if batch.isdigit():  # a fixed batch: dim 0 tells nothing
+        return []
+    values = [n.meta.get("val") for n in stage.graph.nodes if n.op == "placeholder"]
+    return [
+        k for k, v in enumerate(values)
+        if isinstance(v, torch.Tensor) and v.dtype == torch.float32 and (v.dim() == 0 or str(v.shape[0]) != batch)
+    ]
+
+
+def _with_leading_one(stage: torch.fx.GraphModule, shared: list[int]) -> torch.fx.GraphModule:
+    """``stage`` taking each shared input with a leading 1, squeezed off first: the engine then
+    takes it as it takes an image, whose batch axis pnnx drops."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    placeholders = [n for n in stage.graph.nodes if n.op == "placeholder"]
+    for k, node in enumerate(placeholders):  # the squeezed value keeps the name the stage's nodes use
+        outer = graph.placeholder(f"{node.name}_with_one" if k in shared else node.name)
+        outer.meta = dict(node.meta)
+        if k in shared:
+            outer.meta["val"] = node.meta["val"].unsqueeze(0)
+            env[node] = graph.create_node("call_function", torch.ops.aten.squeeze.dim, (outer, 0), name=node.name)
+            env[node].meta = dict(node.meta)
+        else:
+            env[node] = outer
+    for node in stage.graph.nodes:
+        if node.op != "placeholder":
+            env[node] = graph.node_copy(node, lambda a: env[a])
+    wrapped = torch.fx.GraphModule(stage, graph)
+    wrapped.eval()
+    return wrapped
+
+
+def _batch_symbol(head: torch.fx.GraphModule, labels: list[str], shared: Sequence[int] = ()) -> str:
+    """The one symbol (or static size) that dim 0 of every engine input shares; a shared input's
+    leading 1 aside."""
     placeholders = [n for n in head.graph.nodes if n.op == "placeholder"]
     symbols: set[str] = set()
-    for label, node in zip(labels, placeholders, strict=True):
+    for k, (label, node) in enumerate(zip(labels, placeholders, strict=True)):
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
             raise LoweringError(f"ncnn: input {label!r} has no batch dim (shape {_shape(value)})")
@@ -167,7 +225,8 @@ def _batch_symbol(head: torch.fx.GraphModule, labels: list[str]) -> str:
                 f"ncnn: input {label!r} must be float32 (ncnn blobs are float), got {value.dtype}"
             )
         _check_rank(f"input {label!r}", value)
-        symbols.add(str(value.shape[0]))
+        if k not in shared:
+            symbols.add(str(value.shape[0]))
     if len(symbols) > 1:
         raise LoweringError(f"ncnn: inputs {labels} must share dim 0 (the batch), got sizes {sorted(symbols)}")
     return symbols.pop()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -152,6 +153,8 @@ def _traceable(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
         if node.target is _aten.scalar_tensor.default:
             keep = {k: v for k, v in kwargs.items() if k == "dtype"}
             return graph.call_function(size_as_tensor, args[:1], keep)
+        if node.target is _aten.slice.Tensor:
+            return graph.call_function(slice_by_sizes, args, kwargs)
         if node.target in _UPSAMPLE:
             mode = _UPSAMPLE[node.target]
             size, scale = args[1], args[-1] if len(args) > 2 else kwargs.get("scale_factors")
@@ -159,6 +162,15 @@ def _traceable(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
             options = {"size": size, "scale_factor": scale, "mode": mode, **extra}
             return graph.call_function(torch.nn.functional.interpolate, (args[0],), options)
     return None
+
+
+def slice_by_sizes(
+    x: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> torch.Tensor:
+    """``aten.slice`` with bounds computed from run-time sizes, in a form ``torch.jit.trace``
+    records: Python indexing with the traced sizes (RT-DETR's decoder takes each level's rows of
+    the encoder memory as ``memory[:, start : start + height * width]``)."""
+    return x[(slice(None),) * (dim % x.dim()) + (slice(start, end, step),)]
 
 
 def size_as_tensor(size: int | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -59,6 +59,12 @@ _VIEWS = frozenset({
 one output of a multi-output op, topk's values; ``cat`` and ``stack`` join per-level selections or
 box corners; ``repeat`` expands a top-k's indices for a gather)."""
 _MOVABLE = _HOST_ONLY | _VIEWS
+_FROM_SIZES = frozenset({
+    _aten.arange, _aten.ones, _aten.zeros, _aten.full, _aten.linspace, _aten.eye, _aten.new_ones,
+    _aten.new_zeros, _aten.new_full,
+})
+"""Ops that make a tensor from sizes alone (not ``empty``, which is made to be written into, nor a
+0-d ``scalar_tensor`` of a size, which the lowering traces)."""
 
 _SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
@@ -140,13 +146,44 @@ def split_parts(gm: GraphModule) -> SplitParts | None:
 def _host_nodes(gm: GraphModule, free: set[Node]) -> set[Node]:
     nms = [n for n in gm.graph.nodes if n.op == "call_function" and getattr(n.target, "_name", "") == _NMS]
     seeds = [n for n in gm.graph.nodes if _packet(n) in _SELECTIONS and n not in free]
+    made = _made_from_sizes(gm, free)
     if not nms and not seeds:
-        return set()
+        return made
     after = _descendants(nms + seeds)
     seeds += [n for n in after if _packet(n) in _BY_INDEX]
     host = _descendants(nms) | set(seeds)
     host |= _host_only_inputs(host)
-    return _host_fed_only_host(gm, host, free)
+    return _host_fed_only_host(gm, host, free) | made
+
+
+def _made_from_sizes(gm: GraphModule, free: set[Node]) -> set[Node]:
+    """Tensors made from run-time image sizes (an ``arange`` over a feature map's width, a mask of
+    ones of the image's size) and what is computed from them, sizes and weights alone: position
+    embeddings, anchors, masks. ncnn has no layers for making them, and pnnx folds them into
+    constants only at a fixed size, so with a dynamic height/width they run on the host and reach
+    the engine as inputs. With only the batch dynamic, the engine is traced at one image and pnnx
+    folds them, so nothing is taken."""
+    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    if not any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape[1:])
+               for v in placeholders):
+        return set()
+    made: set[Node] = set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("val")
+        tensors = value if isinstance(value, (list, tuple)) else [value]  # meshgrid makes a list
+        if (node.op != "call_function" or node in free or _random(node)
+                or not tensors or not all(isinstance(t, torch.Tensor) for t in tensors)):
+            continue
+        inputs = node.all_input_nodes
+        if not all(a in made or a in free or a.op == "get_attr" or isinstance(a.meta.get("val"), _SIZES)
+                   for a in inputs):
+            continue
+        if _packet(node) in _FROM_SIZES or any(a in made for a in inputs):
+            made.add(node)  # an in-place write into one of them too (RT-DETR's grid_xy[..., 0] /= width)
+    written = [n for n in gm.graph.nodes if n.op == "call_function" and _mutates(n) and n not in made]
+    if any(a in made for n in written for a in n.all_input_nodes):
+        return set()  # one would be written into by what runs on the engine: leave them all there
+    return made
 
 
 def _descendants(roots: list[Node]) -> set[Node]:

@@ -1,16 +1,16 @@
-"""Drop a boolean attention mask that is True everywhere.
+"""Drop an attention mask that masks nothing: True everywhere (boolean), or 0 (additive).
 
-transformers builds an attention mask even when the caller gives none: ViT's layers (and other
-encoders under ``create_bidirectional_mask``) get ``kv_idx >= 0`` over ``arange(sequence)``,
-expanded to [B, 1, L, S]. Every element is True, so ``sdpa(q, k, v, attn_mask=mask)`` equals
-``sdpa(q, k, v)``. At a fixed size pnnx folds the mask into a constant; at a dynamic height/width
-the sequence length is a run-time size, and pnnx leaves ``torch.arange``, ``torch.ge``,
-``Tensor.expand`` and ``torch.where`` for it, which ncnn cannot run. Without the mask, ncnn's
-MultiHeadAttention takes the layer alone.
+transformers builds attention masks even when nothing is masked. ViT's layers (and other encoders
+under ``create_bidirectional_mask``) get ``kv_idx >= 0`` over ``arange(sequence)``, expanded to
+[B, 1, L, S]; DETR's come from a pixel mask of ones (no padding), resized to the feature map and
+indexed per query and key. ``sdpa(q, k, v, attn_mask=mask)`` then equals ``sdpa(q, k, v)``. At a
+fixed size pnnx folds such a mask into a constant; at a dynamic height/width the sizes are run-time
+values, and pnnx leaves ``torch.arange``, ``torch.ge``, ``Tensor.expand``, ``torch.where`` and a
+dynamic ``Tensor.reshape`` in ncnn's MultiHeadAttention for it, which ncnn cannot run.
 
-A mask is all True when the graph proves it: ``ge(x, c)`` with ``c <= 0`` and ``x`` an ``arange``
-from a non-negative start by a positive step (through views, plus non-negative offsets), views and copies of an all-True
-mask, ``and`` of two of them, or a ``full``/``ones`` of True. Anything else is left alone.
+The graph must prove the value: a mask of ones, zeros or a fill, ``ge(x, c)`` with ``c <= 0`` over
+an ``arange`` from a non-negative start by a positive step (plus non-negative offsets), and views,
+casts, nearest resizes, index picks and ``and`` of such. Anything else is left alone.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ _VIEWS = {
     aten.contiguous.default, aten.repeat.default,
 }
 """Ops whose output elements are all taken from their first operand's."""
+_PICKS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten.index.Tensor, aten.flatten.using_ints}
+"""More ops whose output elements are all some of their first operand's."""
+_CASTS = {aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten._to_copy.default}
 _ANDS = {aten.logical_and.default, aten.bitwise_and.Tensor, aten.__and__.Tensor}
 _AT_LEAST = {aten.ge.Scalar: 0, aten.gt.Scalar: -1}
 """``op(x, c)`` is True everywhere when every x >= 0 and c <= the value given here."""
@@ -43,7 +46,10 @@ def vacuous_masks(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
         in_args = len(node.args) > _MASK_ARG
         mask = node.args[_MASK_ARG] if in_args else node.kwargs.get("attn_mask")
         value = mask.meta.get("val") if isinstance(mask, torch.fx.Node) else None
-        if not isinstance(value, torch.Tensor) or value.dtype != torch.bool or not _all_true(mask):
+        if not isinstance(value, torch.Tensor):
+            continue
+        uniform, attends = _uniform(mask), (True if value.dtype == torch.bool else 0.0)
+        if uniform is None or uniform != attends:
             continue
         if in_args:
             node.update_arg(_MASK_ARG, None)
@@ -55,21 +61,43 @@ def vacuous_masks(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     return PassResult(gm, modified)
 
 
-def _all_true(node: object) -> bool:
+def _uniform(node: object) -> bool | int | float | None:
+    """The value every element of ``node`` holds, where the graph proves there is one; else None."""
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
-        return False
-    if node.target in _VIEWS:
-        return _all_true(node.args[0])
-    if node.target in _ANDS:
-        return _all_true(node.args[0]) and _all_true(node.args[1])
-    if node.target in _AT_LEAST:
-        bound = node.args[1]
-        return isinstance(bound, (int, float)) and bound <= _AT_LEAST[node.target] and _non_negative(node.args[0])
-    value = node.meta.get("val")
-    is_bool = isinstance(value, torch.Tensor) and value.dtype == torch.bool
-    if node.target is aten.full.default:
-        return is_bool and isinstance(node.args[1], (bool, int, float)) and bool(node.args[1])
-    return node.target is aten.ones.default and is_bool
+        return None
+    target, args = node.target, node.args
+    if target in _VIEWS or target in _PICKS:
+        return _uniform(args[0])
+    if target in _CASTS:
+        return _cast(_uniform(args[0]), node)
+    if target in _ANDS:
+        both = (_uniform(args[0]), _uniform(args[1]))
+        return None if None in both else bool(both[0]) and bool(both[1])
+    if target in _AT_LEAST:
+        bound = args[1]
+        if isinstance(bound, (int, float)) and bound <= _AT_LEAST[target] and _non_negative(args[0]):
+            return True
+        return None
+    if target in (aten.ones.default, aten.new_ones.default):
+        return _cast(1, node)
+    if target in (aten.zeros.default, aten.new_zeros.default):
+        return _cast(0, node)
+    fill = {aten.full.default: 1, aten.new_full.default: 2}.get(target)
+    if fill is not None and isinstance(args[fill], (bool, int, float)):
+        return _cast(args[fill], node)
+    return None
+
+
+def _cast(value: bool | int | float | None, node: torch.fx.Node) -> bool | int | float | None:
+    """``value`` in the dtype of ``node``'s result."""
+    dtype = getattr(node.meta.get("val"), "dtype", None)
+    if value is None or dtype is None:
+        return None
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    return int(value) if float(value).is_integer() else None
 
 
 def _non_negative(node: object) -> bool:

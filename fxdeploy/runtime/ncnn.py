@@ -36,7 +36,11 @@ class NcnnExecutor(Executor):
         """One ncnn Net per engine stage, in order."""
         self.stages: list[tuple[Callable[[list[torch.Tensor]], list[torch.Tensor]], list[Source]]] = []
         for spec in plan["stages"]:
-            run = self._engine(directory, spec, settings) if spec["kind"] == "engine" else _host(directory, spec)
+            run = (
+                self._engine(directory, spec, settings) if spec["kind"] == "engine"
+                else _host(directory, spec) if spec["kind"] == "host"
+                else _nothing
+            )
             self.stages.append((run, [_source(source) for source in spec["sources"]]))
         self.sources = [_source(source) for source in plan["outputs"]]
         self.output_names = [o["name"] for o in manifest["outputs"]]
@@ -53,8 +57,14 @@ class NcnnExecutor(Executor):
                 raise ArtifactError(f"ncnn: loading {directory / spec[kind]} failed with code {code}")
         blobs = [(blob, blob in _overwritten(net, spec["blobs"])) for blob in spec["blobs"]]
         batched = bool(spec.get("batched_inputs", False))
+        shared = set(spec.get("shared_inputs", ()))
         outputs = [(s["blob"], tuple(s["shape"]), _dtype(s["dtype"])) for s in spec["outputs"]]
-        return lambda args: self._run_net(net, blobs, outputs, [x.numpy() for x in args], batched)
+
+        def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
+            arrays = [x.numpy()[None] if k in shared else x.numpy() for k, x in enumerate(args)]
+            return self._run_net(net, blobs, outputs, arrays, batched, shared)
+
+        return run
 
     def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         values: dict[Source, torch.Tensor] = {("input", i): x for i, x in enumerate(feeds.values())}
@@ -64,15 +74,17 @@ class NcnnExecutor(Executor):
 
     def _run_net(
         self, net: Any, blobs: list[tuple[str, bool]], outputs: list[tuple[str, tuple[int, ...], torch.dtype]],
-        arrays: list[np.ndarray], batched: bool,
+        arrays: list[np.ndarray], batched: bool, shared: set[int] = frozenset(),
     ) -> list[torch.Tensor]:
-        """``batched``: the engine takes each image with a leading 1 (see the lowering's _input_layout)."""
-        batch = arrays[0].shape[0]
+        """``batched``: the engine takes each image with a leading 1 (see the lowering's _input_layout).
+        ``shared``: inputs given once (with a leading 1) for every image."""
+        batch = next(a.shape[0] for k, a in enumerate(arrays) if k not in shared)
         rows: list[list[np.ndarray]] = [[] for _ in outputs]
         for b in range(batch):
             extractor = net.create_extractor()
             # kept alive: a Mat borrows its buffer
-            images = [np.ascontiguousarray(array[b : b + 1] if batched else array[b]) for array in arrays]
+            images = [np.ascontiguousarray(array[i : i + 1] if batched else array[i])
+                      for array, i in ((a, 0 if k in shared else b) for k, a in enumerate(arrays))]
             mats = [self._ncnn.Mat(image) for image in images]
             mats = [mat.clone() if copy else mat for mat, (_, copy) in zip(mats, blobs, strict=True)]
             for (blob, _), mat in zip(blobs, mats, strict=True):
@@ -96,6 +108,11 @@ def _overwritten(net: Any, inputs: list[str]) -> set[str]:
     inputs are copied into a Mat of ncnn's own on each call. Others are passed without a copy."""
     layers, blobs = net.layers(), {blob.name: blob for blob in net.blobs()}
     return {name for name in inputs if blobs[name].consumer >= 0 and layers[blobs[name].consumer].support_inplace}
+
+
+def _nothing(args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """An empty stage: the split left an engine stage with no work."""
+    return []
 
 
 def _source(value: list[Any]) -> Source:
