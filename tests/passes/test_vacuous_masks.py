@@ -98,3 +98,27 @@ def test_masks_that_may_hold_a_false_are_kept(mask: Mask) -> None:
     gm, modified = _run(mask)
     assert not modified
     assert len(op_histogram(gm)) > 1
+
+
+def test_a_pixel_mask_of_ones_made_into_an_attention_mask_is_dropped() -> None:
+    """DETR's shape of it: ones of the image size, resized (nearest) to the feature map, cast to
+    bool, flattened, indexed per key, and-ed with a mask of ones, expanded."""
+
+    def mask(g, q):
+        pixels = g.call_function(aten.ones.default, ([2, 10, 10],), {"dtype": torch.float32})
+        resized = g.call_function(
+            aten.upsample_nearest2d.vec, (g.call_function(aten.unsqueeze.default, (pixels, 0)), [1, 5], None)
+        )
+        keys = g.call_function(aten.to.dtype, (g.call_function(aten.select.int, (resized, 0, 0)), torch.bool))
+        keys = g.call_function(aten.flatten.using_ints, (keys, 1))  # [2, 5]
+        picked = g.call_function(aten.index.Tensor, (keys, [None, _arange(g, 5)]))
+        ones = g.call_function(aten.new_ones.default, (picked, [2, 5]), {"dtype": torch.bool})
+        both = g.call_function(aten.__and__.Tensor, (picked, ones))
+        return g.call_function(aten.expand.default, (
+            g.call_function(aten.unsqueeze.default, (g.call_function(aten.unsqueeze.default, (both, 1)), 1)),
+            [2, 1, 5, 5],
+        ))
+
+    gm, modified = _run(mask)
+    assert modified
+    assert op_histogram(gm) == {"aten.scaled_dot_product_attention.default": 1}
