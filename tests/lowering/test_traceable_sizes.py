@@ -31,12 +31,30 @@ class SizeDivides(nn.Module):
         return x / scale
 
 
-@pytest.mark.parametrize("model", [SizesWrittenIntoATensor(), SizeDivides()], ids=type)
+class SlicedBySizes(nn.Module):
+    """RT-DETR's decoder takes each level's rows of the flattened maps, ``memory[:, start : start +
+    height * width]``: ``aten.slice`` with bounds computed from sizes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.flatten(2).transpose(1, 2)  # [B, H * W, C]
+        half = x.shape[-2] // 2 * x.shape[-1]
+        return rows[:, :half].sum(1) - rows[:, half : 2 * half].mean(1)
+
+
+CASES = {
+    SizesWrittenIntoATensor: torch.ops.aten.scalar_tensor.default,
+    SizeDivides: torch.ops.aten.scalar_tensor.default,
+    SlicedBySizes: torch.ops.aten.slice.Tensor,
+}
+"""The aten op each model is captured with, which traceable_sizes must respell."""
+
+
+@pytest.mark.parametrize("model", [SizesWrittenIntoATensor(), SizeDivides(), SlicedBySizes()], ids=type)
 def test_trace_follows_the_input_size(model: nn.Module) -> None:
     x = torch.randn(1, 3, 8, 16)
     dims = {"x": {2: ("height", 4, 64), 3: ("width", 4, 64)}}
     gm = capture(model, (x,), dynamic_shapes=dims).graph_module
-    assert any(n.target is torch.ops.aten.scalar_tensor.default for n in gm.graph.nodes)
+    assert any(n.target is CASES[type(model)] for n in gm.graph.nodes)
     traced = trace_graph(gm, [x], target="test")
     for shape in [(1, 3, 8, 16), (1, 3, 20, 12)]:
         other = torch.randn(shape)
