@@ -181,7 +181,7 @@ def test_ncnn_takes_a_dynamic_height_and_width() -> None:
 
 class Sliced(torch.nn.Module):
     """Adds a position table cut to the input size: an aten.slice by a symbolic size, which the
-    tracer records as a constant."""
+    tracer recorded as a constant until traceable_sizes respelled it as Python indexing."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -191,11 +191,30 @@ class Sliced(torch.nn.Module):
         return x + self.table[:, :, : x.shape[2], : x.shape[3]]
 
 
+def test_ncnn_takes_a_slice_by_the_input_size() -> None:
+    _require_ncnn()
+    model = Sliced().eval()
+    shapes = {"x": {0: "batch", 2: ("height", 32, 128), 3: ("width", 32, 128)}}
+    deployed = fxdeploy.lower(model, (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
+    x = torch.randn(1, 3, 96, 40)
+    with torch.no_grad():
+        torch.testing.assert_close(deployed(x), model(x), rtol=1e-3, atol=1e-4)
+
+
+class Padded(torch.nn.Module):
+    """Pads H by its own size, then folds the two halves into channels: a pad by a symbolic amount,
+    which the tracer records as a constant (traceable_sizes does not respell ``constant_pad_nd``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        doubled = torch.nn.functional.pad(x, [0, 0, 0, x.shape[2]])
+        return doubled.reshape(x.shape[0], 2 * x.shape[1], x.shape[2], x.shape[3]) * 2.0
+
+
 def test_ncnn_refuses_a_trace_that_fixed_the_size_and_says_what_to_do() -> None:
     _require_ncnn()
     shapes = {"x": {0: "batch", 2: ("height", 32, 128), 3: ("width", 32, 128)}}
     with pytest.raises(fxdeploy.LoweringError, match=r"(?s)target 'ncnn'.*second input size.*only the batch dynamic"):
-        fxdeploy.lower(Sliced().eval(), (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
+        fxdeploy.lower(Padded().eval(), (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
 
 
 def test_ncnn_names_what_it_cannot_hold_in_a_dynamic_graph(patches) -> None:
