@@ -64,7 +64,7 @@ def lower_ncnn(
     plan: list[dict[str, Any]] = []
     for s, stage in enumerate(stages):
         args = [values[source] for source in stage.inputs]
-        if _is_empty(stage):  # an engine stage left with no work (all of it was needed later)
+        if _is_empty(stage):
             plan.append({"kind": "empty", "sources": []})
             continue
         if stage.kind == "engine":
@@ -86,8 +86,10 @@ def lower_ncnn(
 
 
 def _is_empty(stage: Stage) -> bool:
-    nodes = stage.module.graph.nodes
-    return not stage.inputs and not any(n.op == "call_function" for n in nodes)
+    """An engine stage with no work: the split moved all of it into a later one."""
+    nodes = list(stage.module.graph.nodes)
+    output = next(n for n in nodes if n.op == "output")
+    return not stage.inputs and not output.args[0] and not any(n.op == "call_function" for n in nodes)
 
 
 def _lower_engine(
@@ -179,7 +181,7 @@ def _shared_inputs(stage: torch.fx.GraphModule, batch: str) -> list[int]:
     """Inputs of a later engine stage that carry no batch axis: what a host stage made from the
     image's size alone (RT-DETR's anchors and position embedding at a dynamic H/W, after
     ``unit_broadcasts`` dropped their leading 1). Every image gets the same one."""
-    if batch.isdigit():  # a fixed batch: dim 0 tells nothing
+    if batch == "1":  # every input leads with a 1: nothing tells the batch from a leading 1
         return []
     values = [n.meta.get("val") for n in stage.graph.nodes if n.op == "placeholder"]
     return [

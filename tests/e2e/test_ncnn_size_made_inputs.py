@@ -44,19 +44,26 @@ class SizeMadeEncoder(nn.Module):
         return hidden, self.boxes(hidden) + anchors
 
 
-def test_size_made_values_run_on_the_host_and_feed_the_engine() -> None:
+@pytest.mark.parametrize(
+    ("batch", "sizes"),
+    [
+        pytest.param(("batch", 1, 4), [(1, 3, 64, 64), (3, 3, 96, 48), (2, 3, 32, 128)], id="dynamic-batch"),
+        pytest.param(None, [(2, 3, 64, 64), (2, 3, 96, 48)], id="batch-fixed-at-2"),
+    ],
+)
+def test_size_made_values_run_on_the_host_and_feed_the_engine(batch, sizes) -> None:
     status = fxdeploy.targets()["ncnn"]
     if not status.available:
         pytest.skip(f"ncnn: {status.reason}")
     torch.manual_seed(0)
     model = SizeMadeEncoder().eval()
-    dims = {"x": {0: ("batch", 1, 4), 2: ("height", 32, 128), 3: ("width", 32, 128)}}
+    dims = {"x": {2: ("height", 32, 128), 3: ("width", 32, 128), **({0: batch} if batch else {})}}
     deployed = fxdeploy.lower(model, (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=dims)
     stages = deployed.manifest["info"]["ncnn"]["stages"]
     assert [s["kind"] for s in stages] == ["empty", "host", "engine"]  # the stem moved to the engine after
     assert next(s for s in stages if s["kind"] == "engine")["shared_inputs"]
     generator = torch.Generator().manual_seed(1)
-    for shape in [(1, 3, 64, 64), (3, 3, 96, 48), (2, 3, 32, 128)]:
+    for shape in sizes:
         x = torch.randn(shape, generator=generator)
         with torch.no_grad():
             want = model(x)
