@@ -20,8 +20,11 @@ _TORCHVISION_NCNN_BATCH = (
     "elementwise work on what it gathered, then RoIAlign and the box head after the proposals' NMS "
     "(tests/e2e/test_ncnn_proposal_detector.py), and the ncnn passes respell torchvision's strided slices "
     "(strided_slices), its batch-axis selects (unit_selects) and its in-place copy into the padded batch, which "
-    "pnnx had folded into constants (padded_copies; tests/e2e/test_ncnn_batch_images.py). Needs a per-image "
-    "capture of a batch-independent list model"
+    "pnnx had folded into constants (padded_copies; tests/e2e/test_ncnn_batch_images.py). Moving the unbind "
+    "and the per-image normalize/resize/copy into a host stage ahead of the engine (as size-made values now "
+    "are) would not be enough: in the graph captured at batch 2 every batch size after the copy is the "
+    "constant 2 (RetinaNet's head reshapes with view(N, -1, K, H, W), N = 2), which an engine traced at one "
+    "image cannot take. Needs a per-image capture of a batch-independent list model"
 )
 TORCHVISION_FAILURES: dict[tuple[str, str, int], tuple[str, type[BaseException]]] = {
     **{
