@@ -231,6 +231,11 @@ def _batch_symbol(head: torch.fx.GraphModule, labels: list[str], shared: Sequenc
             symbols.add(str(value.shape[0]))
     if len(symbols) > 1:
         raise LoweringError(f"ncnn: inputs {labels} must share dim 0 (the batch), got sizes {sorted(symbols)}")
+    if not symbols:
+        raise LoweringError(
+            f"ncnn: no input of {labels} carries the batch: the engine stage reads only values made without "
+            "the images (from sizes and weights), and ncnn runs one image at a time; another target runs this graph"
+        )
     return symbols.pop()
 
 
