@@ -1,4 +1,4 @@
-"""Small helpers shared by tests: subprocess runs and max-error comparison."""
+"""Small helpers shared by tests: target availability, subprocess runs and max-error comparison."""
 
 from __future__ import annotations
 
@@ -8,10 +8,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch.utils import _pytree as pytree
 
+import fxdeploy
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def require_target(target: str) -> None:
+    """Skip the test, with the reason, where ``target`` cannot run here."""
+    status = fxdeploy.targets()[target]
+    if not status.available:
+        pytest.skip(f"{target}: {status.reason}")
 
 
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: int = 300) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import fxdeploy
-from tests.helpers import run_python
+from tests.helpers import require_target, run_python
 
 BACKENDS = {"fxdeploy_openvino": "openvino", "fxdeploy_torchscript": "torchscript", "fxdeploy_ncnn": "ncnn"}
 EVIDENCE = {"openvino": "openvino", "torchscript": "fxdeploy.runtime.torchscript", "ncnn": "ncnn"}
@@ -48,9 +48,7 @@ def results() -> dict[str, tuple[float, bool]]:
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_compile_backend_matches_eager_without_importing_fxdeploy(results, backend: str) -> None:
     target = BACKENDS[backend]
-    status = fxdeploy.targets()[target]
-    if not status.available:
-        pytest.skip(f"{target}: {status.reason}")
+    require_target(target)
     error, used = results[backend]
     assert error <= TOLERANCE[target], f"{backend}: max abs error {error}"
     assert used, f"{backend}: the {target} runtime was never imported, so it did not run"

@@ -12,6 +12,7 @@ import fxdeploy
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.targets import _TARGETS, Target, register_target
 from fxdeploy.targets import onnxruntime as ort_target
+from tests.helpers import require_target
 
 
 class Resizer(torch.nn.Module):
@@ -155,15 +156,9 @@ def test_malformed_dim_in_a_manifest_is_refused_on_load(patches, tmp_path: Path,
         fxdeploy.load(path)
 
 
-def _require_ncnn() -> None:
-    status = fxdeploy.targets()["ncnn"]
-    if not status.available:
-        pytest.skip(f"ncnn: {status.reason}")
-
-
 def test_ncnn_takes_a_dynamic_height_and_width() -> None:
     """pnnx gets a second input size and keeps H/W symbolic; min, opt and max match eager."""
-    _require_ncnn()
+    require_target("ncnn")
     model = Resizer().eval()
     x = torch.randn(2, 3, 32, 48)
     shapes = {"x": {0: ("batch", 1, 2, 4), 2: ("height", 16, 32, 64), 3: ("width", 16, 48, 96)}}
@@ -192,7 +187,7 @@ class Sliced(torch.nn.Module):
 
 
 def test_ncnn_takes_a_slice_by_the_input_size() -> None:
-    _require_ncnn()
+    require_target("ncnn")
     model = Sliced().eval()
     shapes = {"x": {0: "batch", 2: ("height", 32, 128), 3: ("width", 32, 128)}}
     deployed = fxdeploy.lower(model, (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
@@ -211,7 +206,7 @@ class Padded(torch.nn.Module):
 
 
 def test_ncnn_refuses_a_trace_that_fixed_the_size_and_says_what_to_do() -> None:
-    _require_ncnn()
+    require_target("ncnn")
     shapes = {"x": {0: "batch", 2: ("height", 32, 128), 3: ("width", 32, 128)}}
     with pytest.raises(fxdeploy.LoweringError, match=r"(?s)target 'ncnn'.*second input size.*only the batch dynamic"):
         fxdeploy.lower(Padded().eval(), (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
@@ -220,7 +215,7 @@ def test_ncnn_refuses_a_trace_that_fixed_the_size_and_says_what_to_do() -> None:
 def test_ncnn_names_what_it_cannot_hold_in_a_dynamic_graph(patches) -> None:
     """Patches reshapes to rank 6 with sizes computed from H and W: pnnx keeps the dynamic reshape,
     which ncnn (at most 4 dims per image) cannot run; lower() names the layers."""
-    _require_ncnn()
+    require_target("ncnn")
     model, _ = patches
     h, w = torch.export.Dim("h", min=2, max=6), torch.export.Dim("w", min=2, max=6)
     with pytest.raises(fxdeploy.LoweringError, match=r"target 'ncnn'.*pnnx left op\(s\).*Tensor\.reshape"):

@@ -6,20 +6,18 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 import torch
 from torch import nn
 
 import fxdeploy
 from fxdeploy.passes.host_postprocess_split import SplitParts
+from tests.helpers import require_target
 from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 
 def lower_on_ncnn(make: Callable[[], nn.Module], size: int) -> tuple[nn.Module, fxdeploy.Deployed]:
     """``make()`` under seed 0, lowered to ncnn from a batch of 2 with the batch dynamic (1 to 4)."""
-    status = fxdeploy.targets()["ncnn"]
-    if not status.available:
-        pytest.skip(f"ncnn: {status.reason}")
+    require_target("ncnn")
     torch.manual_seed(0)
     model = make().eval()
     x = torch.randn(2, 3, size, size)

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import fxdeploy
+from tests.helpers import require_target
 
 TARGETS = ["onnxruntime", "openvino", "torchscript"]
 
@@ -26,9 +27,7 @@ class TwoInOut(nn.Module):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_inputs_and_outputs_bind_by_name(target: str) -> None:
-    status = fxdeploy.targets()[target]
-    if not status.available:
-        pytest.skip(f"{target}: {status.reason}")
+    require_target(target)
     torch.manual_seed(0)
     model = TwoInOut().eval()
     x, ids, scale = torch.randn(2, 8), torch.tensor([[0, 4, 5], [3, 1, 2]]), torch.rand(2, 1) + 0.5
@@ -50,9 +49,7 @@ class MaskAndScalar(nn.Module):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_bool_and_zero_dim_inputs(target: str) -> None:
-    status = fxdeploy.targets()[target]
-    if not status.available:
-        pytest.skip(f"{target}: {status.reason}")
+    require_target(target)
     model = MaskAndScalar().eval()
     x, mask, scale = torch.randn(2, 5), torch.rand(2, 5) > 0.5, torch.tensor(3.0)
     deployed = fxdeploy.lower(model, (x, mask, scale), target=target)

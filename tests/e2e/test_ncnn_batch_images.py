@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import fxdeploy
+from tests.helpers import require_target
 
 
 class TransformThenConv(nn.Module):
@@ -42,9 +43,7 @@ class TransformThenConv(nn.Module):
 
 @pytest.mark.parametrize("size_divisible", [1, 32], ids=["unpadded", "padded"])
 def test_the_transform_runs_on_ncnn_and_matches_eager(size_divisible: int) -> None:
-    status = fxdeploy.targets()["ncnn"]
-    if not status.available:
-        pytest.skip(f"ncnn: {status.reason}")
+    require_target("ncnn")
     torch.manual_seed(0)
     model = TransformThenConv(size_divisible).eval()
     deployed = fxdeploy.lower(model, (torch.rand(1, 3, 40, 56),), target="ncnn")

@@ -5,19 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import torch
 from torch import nn
 
 import fxdeploy
 from fxdeploy.artifact import MANIFEST, sha256
 from tests.e2e.test_targets import tiny_detector
+from tests.helpers import require_target
 
 
 def require_ncnn() -> None:
-    status = fxdeploy.targets()["ncnn"]
-    if not status.available:
-        pytest.skip(f"ncnn: {status.reason}")
+    require_target("ncnn")
 
 
 class ActivationFirst(nn.Module):

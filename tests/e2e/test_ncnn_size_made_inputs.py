@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 import fxdeploy
+from tests.helpers import require_target
 
 WIDTH = 16
 
@@ -52,9 +53,7 @@ class SizeMadeEncoder(nn.Module):
     ],
 )
 def test_size_made_values_run_on_the_host_and_feed_the_engine(batch, sizes) -> None:
-    status = fxdeploy.targets()["ncnn"]
-    if not status.available:
-        pytest.skip(f"ncnn: {status.reason}")
+    require_target("ncnn")
     torch.manual_seed(0)
     model = SizeMadeEncoder().eval()
     dims = {"x": {2: ("height", 32, 128), 3: ("width", 32, 128), **({0: batch} if batch else {})}}

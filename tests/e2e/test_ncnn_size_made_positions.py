@@ -11,12 +11,12 @@ engine). ``unit_broadcasts`` drops that 1 before the addition.
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import fxdeploy
+from tests.helpers import require_target
 
 PATCH, WIDTH, HEADS, GRID, DETECTIONS = 16, 32, 4, 4, 5
 
@@ -72,9 +72,7 @@ def _interpolated(positions: torch.Tensor, grid: tuple[int, int]) -> torch.Tenso
 
 
 def test_size_made_positions_match_eager_on_ncnn_at_two_sizes() -> None:
-    status = fxdeploy.targets()["ncnn"]
-    if not status.available:
-        pytest.skip(f"ncnn: {status.reason}")
+    require_target("ncnn")
     torch.manual_seed(0)
     model = MidPositions().eval()
     dims = {"x": {0: ("batch", 1, 4), 2: ("height", 32, 128), 3: ("width", 32, 128)}}

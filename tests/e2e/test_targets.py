@@ -19,6 +19,7 @@ from torch import nn
 import fxdeploy
 from examples import models
 from tests.helpers import max_abs_error, run_python
+from tests.helpers import require_target as require
 from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 TARGETS = ["onnxruntime", "openvino", "ncnn", "torchscript", "tensorrt"]
@@ -56,12 +57,6 @@ def tiny_detector() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 FACTORIES: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     "convnet": models.convnet, "dict_mlp": models.dict_mlp, "vit_tiny": models.vit_tiny,
 }
-
-
-def require(target: str) -> None:
-    status = fxdeploy.targets()[target]
-    if not status.available:
-        pytest.skip(f"{target}: {status.reason}")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import onnx
 import onnxruntime as ort
-import pytest
 import torch
 
 import fxdeploy
@@ -23,6 +22,7 @@ from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
 from fxdeploy.targets import LoweringJob, get_target
 from fxdeploy.targets.tensorrt import tensorrt_onnx
 from tests.e2e.test_targets import KEEP, tiny_detector
+from tests.helpers import require_target
 from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 DYNAMIC = {"x": {0: ("batch", 1, 8)}}
@@ -83,9 +83,7 @@ def test_detector_onnx_for_tensorrt_uses_standard_nms_and_matches_eager(tmp_path
 
 
 def test_tensorrt_engine_build_records_its_optimization_profile() -> None:
-    status = fxdeploy.targets()["tensorrt"]
-    if not status.available:
-        pytest.skip(f"tensorrt: {status.reason}")
+    require_target("tensorrt")
     model, (x,) = models.convnet()
     deployed = fxdeploy.lower(model, (x,), target="tensorrt", dynamic_shapes=DYNAMIC)
     assert "model.plan" in deployed.manifest["files"]

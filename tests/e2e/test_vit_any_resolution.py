@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import fxdeploy
+from tests.helpers import require_target
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -25,9 +26,7 @@ TARGETS = [t for t in fxdeploy.targets() if t != "tensorrt"]  # TensorRT: tests/
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_vit_matches_eager_at_three_sizes(target: str) -> None:
-    status = fxdeploy.targets()[target]
-    if not status.available:
-        pytest.skip(f"{target}: {status.reason}")
+    require_target(target)
     torch.manual_seed(0)
     config = transformers.ViTConfig(
         image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -15,6 +15,7 @@ import torch
 
 import fxdeploy
 from examples import models
+from tests.helpers import require_target as require
 
 TARGETS = list(fxdeploy.targets())
 """Every registered target (built-in and entry-point ones), in registration order."""
@@ -22,12 +23,6 @@ AVAILABLE = [name for name, status in fxdeploy.targets().items() if status.avail
 BATCH = ("batch", 1, 4)
 TOLERANCE = {"ncnn": 1e-3, "tensorrt": 1e-3}
 """Max abs error against eager; 1e-4 for targets not listed (same figures as tests/e2e)."""
-
-
-def require(target: str) -> None:
-    status = fxdeploy.targets()[target]
-    if not status.available:
-        pytest.skip(f"{target}: {status.reason}")
 
 
 def tolerance(target: str) -> float:

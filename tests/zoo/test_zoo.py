@@ -24,6 +24,7 @@ from torch import nn
 import fxdeploy
 from examples.zoo import ZOO, ZooEntry
 from fxdeploy.errors import CaptureError, LoweringError
+from tests.helpers import require_target as require
 from tests.zoo.checks import check_classifier, check_detections
 from tests.zoo.known_failures import KNOWN_FAILURES, NCNN_FIXED_HW
 
@@ -49,12 +50,6 @@ def _cases() -> Iterator[Any]:
                 elif check == "resolution" and target == "ncnn" and name in NCNN_FIXED_HW:
                     marks.append(pytest.mark.xfail(reason=NCNN_FIXED_HW[name], raises=LoweringError, strict=True))
                 yield pytest.param(name, target, check, marks=marks, id=f"{name}-{target}-{check}")
-
-
-def require(target: str) -> None:
-    status = fxdeploy.targets()[target]
-    if not status.available:
-        pytest.skip(f"{target}: {status.reason}")
 
 
 def batch_only(entry: ZooEntry) -> dict[str, dict[int, Any]]:

@@ -16,6 +16,7 @@ import torch
 
 import fxdeploy
 from examples import zoo_torchvision as tv
+from tests.helpers import require_target
 from tests.zoo.checks import check_detections
 from tests.zoo.known_failures import TORCHVISION_FAILURES
 
@@ -71,9 +72,7 @@ def assert_untouched(model: torch.nn.Module, name: str) -> None:
 
 @pytest.mark.parametrize(("name", "target", "batch"), list(_cases()))
 def test_torchvision_detector_matches_eager(model_of, name: str, target: str, batch: int) -> None:
-    status = fxdeploy.targets()[target]
-    if not status.available:
-        pytest.skip(f"{target}: {status.reason}")
+    require_target(target)
     model, example = model_of(name)
     size = tuple(example.shape[1:])
     deployed = fxdeploy.lower(
