@@ -12,7 +12,7 @@ import torch
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>]+)')
 _INTERNAL = (
     os.path.dirname(torch.__file__),
-    os.path.dirname(os.path.dirname(__file__)) + os.sep + "fxdeploy",
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the fxdeploy package
     "<frozen ",
     "contextlib.py",
 )

@@ -22,7 +22,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy import dims as dims_mod
 from fxdeploy import structure, substitution
-from fxdeploy.capture_errors import explain
+from fxdeploy.capture.errors import explain
 from fxdeploy.errors import CaptureError
 from fxdeploy.settings import Settings
 
