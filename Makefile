@@ -1,12 +1,19 @@
 # Quick start: `make demo` then `make test`. The first run creates .venv (torch 2.13.0 CPU first,
 # so nothing pulls CUDA wheels), then installs fxdeploy with every runtime that installs here.
+# `make test` also creates .venv-det: torch 2.14.1 with the real torchvision 0.29.1 (both from this
+# machine's disk) and Ultralytics, for the detector suites. Two torch versions are tested.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DET_VENV ?= .venv-det
+DET_PY := $(DET_VENV)/bin/python
+DET_STAMP := $(DET_VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+export YOLO_OFFLINE := 1
+export YOLO_CONFIG_DIR := $(CURDIR)/.ultralytics
 
-.PHONY: venv demo test zoo bench lint clean
+.PHONY: venv det-venv demo test test-core test-detectors zoo bench lint clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,11 +24,28 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# torch first, pinned, so that torchvision and Ultralytics never pull another torch.
+$(DET_STAMP): pyproject.toml
+	python3 -m venv $(DET_VENV)
+	$(DET_PY) -m pip install -q --upgrade pip
+	$(DET_PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(DET_PY) -m pip install -q -e ".[dev,openvino,ncnn,bench,triton,detectors]"
+	touch $(DET_STAMP)
+
+det-venv: $(DET_STAMP)
+
 demo: venv
 	$(PY) examples/demo.py
 
-test: venv
-	$(PY) -m pytest -q -m "not zoo or zoo_fast"
+test: test-core test-detectors
+
+# The core suite on torch 2.13.0 (no torchvision there: the detector suites run in the next leg).
+test-core: venv
+	$(PY) -m pytest -q -m "(not zoo or zoo_fast) and not detectors"
+
+# The detector suites on real torchvision and Ultralytics; a missing library fails, never skips.
+test-detectors: det-venv
+	FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q -m detectors tests/detectors
 
 zoo: venv
 	$(PY) -m pytest -q -m zoo
@@ -33,4 +57,4 @@ lint: venv
 	$(VENV)/bin/ruff check fxdeploy tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DET_VENV) .ultralytics .pytest_cache .hypothesis

@@ -117,6 +117,8 @@ def _verify(
     """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.verify)."""
     leaves = deployed.manifest["output_leaves"]
     example_want = None
+    if captured.per_image is not None:
+        return _verify_per_image(deployed, captured, model, subs, settings, leaves)
     if captured.mode == "strict" and captured.substitutions:
         # dynamo-only function substitutions: eager cannot apply them, so the reference is the
         # captured graph run by PyTorch, compared with the raw engine outputs.
@@ -143,6 +145,42 @@ def _verify(
         deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
         deployed_fn, eager_fn, settings.atol, flags, settings.precision, example_want,
     )
+
+
+def _verify_per_image(
+    deployed: Deployed, captured: Captured, model: torch.nn.Module, subs: list[substitution.Substitution],
+    settings: Settings, leaves: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A per-image capture is checked as the user calls it: whole batches at the batch's min, opt
+    and max, against the model run eagerly on the same batch."""
+    info = captured.per_image
+    batch = dims.DimRange(info["dim"], info["min"], info["max"], min(max(info["opt"], info["min"]), info["max"]))
+    shapes = [[info["dim"], *x.shape[1:]] for x in captured.batch_inputs]
+
+    def eager_fn(inputs: list[torch.Tensor]) -> Any:
+        args, kwargs = pytree.tree_unflatten(inputs, captured.in_spec)
+        with eval_mode(model), substitution.on_instances(model, subs):
+            return model(*args, **kwargs)
+
+    def deployed_fn(inputs: list[torch.Tensor]) -> Any:
+        return deployed.call_flat(inputs, unpack=False)
+
+    flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "hidden"]
+    images = {"example": captured.batch_inputs[0].shape[0]}
+    checks = []
+    for label, sizes in verify.check_sizes({batch.name: batch}):
+        inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
+        count = inputs[0].shape[0] if label != "example" else images["example"]
+        want = captured.batch_outputs if label == "example" else None
+        if want is None:
+            with torch.no_grad():
+                want = eager_fn(inputs)
+        tiled = flags * count if info["join"]["kind"] == "concat" else None
+        error = verify.compare(
+            label, inputs, deployed_fn(inputs), want, settings.atol, deployed.target, tiled, settings.precision
+        )
+        checks.append({"label": label, "shapes": [list(x.shape) for x in inputs], "max_abs_error": error})
+    return checks
 
 
 def _detection_flag(leaf: dict[str, Any]) -> bool | int:
@@ -178,6 +216,7 @@ def _manifest(
         "output_tree": structure.describe(captured.out_spec if captured.dataclass_template is None else plain_spec),
         "input_tree": structure.describe(captured.in_spec),
         "dims": {name: r.to_dict() for name, r in captured.dims.items()},
+        **({"per_image": captured.per_image} if captured.per_image is not None else {}),
         "settings": settings.to_dict(),
         "files": dict.fromkeys(files, ""),
         "info": dict(

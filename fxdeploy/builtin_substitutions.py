@@ -1,8 +1,8 @@
 """The substitutions fxdeploy always applies: the ecosystem's NMS functions.
 
-torchvision is optional. Where it is installed (and imports), ``torchvision.ops.nms`` and
-``batched_nms`` are traced as fxdeploy's ops; the ``torchvision::nms`` op node that other code
-calls directly is rewritten by the ``substitute_nms`` pass instead. Where torchvision is missing,
+torchvision is optional. Where it is installed (and imports), ``torchvision.ops.batched_nms`` is
+traced as fxdeploy's op; ``torchvision.ops.nms`` is traced as the ``torchvision::nms`` op node,
+which the ``substitute_nms`` pass rewrites. Where torchvision is missing,
 or is a build that does not import against this torch, there is nothing to substitute.
 """
 
@@ -17,12 +17,6 @@ import torch
 from fxdeploy.substitution import Substitution
 
 logger = logging.getLogger(__name__)
-
-
-def _nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
-    from fxdeploy import ops
-
-    return ops.nms(boxes, scores, iou_threshold)
 
 
 def _batched_nms(
@@ -49,7 +43,8 @@ def builtin_substitutions() -> list[Substitution]:
     tv_ops = torchvision_ops()
     if tv_ops is None:
         return []
-    return [
-        Substitution(tv_ops.nms, _nms),  # type: ignore[attr-defined]
-        Substitution(tv_ops.batched_nms, _batched_nms),  # type: ignore[attr-defined]
-    ]
+    # torchvision.ops.nms is not substituted: it calls the torchvision::nms op, whose node the
+    # substitute_nms pass rewrites, so the fast non-strict capture takes it as it is (a function
+    # substitution needs dynamo, which cannot trace Ultralytics' time.time() around its NMS).
+    # batched_nms is substituted: on large inputs it loops over the classes in Python.
+    return [Substitution(tv_ops.batched_nms, _batched_nms)]  # type: ignore[attr-defined]

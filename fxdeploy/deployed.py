@@ -61,6 +61,11 @@ class Deployed:
         self._inputs = [(i["name"], DTYPES[i["dtype"]], i["shape"]) for i in manifest["inputs"]]
         self._names = [name for name, _, _ in self._inputs]
         self._dims = manifest["dims"]
+        self._per_image = manifest.get("per_image")
+        if self._per_image is not None:  # the engine takes one image; a call takes a batch of them
+            batch = self._per_image["dim"]
+            self._inputs = [(name, dtype, [batch, *shape[1:]]) for name, dtype, shape in self._inputs]
+            self._dims = {**self._dims, batch: {"min": self._per_image["min"], "max": self._per_image["max"]}}
         self._captured_keywords = _keyword_names(manifest.get("input_tree"))
         self._leaves = manifest["output_leaves"]
         plain = all(leaf["kind"] == "tensor" and "trim" not in leaf for leaf in self._leaves)
@@ -113,7 +118,11 @@ class Deployed:
             raise InputError(
                 f"expected {len(self._inputs)} input(s) ({', '.join(self._names)}), got {len(flat)}"
             )
-        return self._rebuild(self._run(self._feeds(flat)), unpack=unpack)
+        feeds = self._feeds(flat)
+        if self._per_image is None:
+            return self._rebuild(self._run(feeds), unpack=unpack)
+        results = [self._rebuild(self._run(image), unpack=unpack) for image in _images(feeds)]
+        return structure.join_images(results, self._per_image["join"])
 
     def execute(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
         if not isinstance(feeds, dict):
@@ -124,7 +133,11 @@ class Deployed:
             raise InputError(
                 f"execute() inputs: expected names {self._names}; missing {missing}, unknown {unknown}"
             )
-        return self._run(self._feeds([feeds[n] for n in self._names]))
+        checked = self._feeds([feeds[n] for n in self._names])
+        if self._per_image is None:
+            return self._run(checked)
+        per_image = [self._run(image) for image in _images(checked)]  # each output gains a batch dim
+        return {name: torch.stack([out[name] for out in per_image]) for name in per_image[0]}
 
     def save(self, directory: str | Path) -> Path:
         return artifact.save(self.manifest, self._directory, directory)
@@ -240,6 +253,12 @@ class Deployed:
     def __repr__(self) -> str:
         inputs = ", ".join(f"{n}: {_dt(d)}{_fmt(s)}" for n, d, s in self._inputs)
         return f"Deployed(target={self.target!r}, inputs=[{inputs}], outputs={self.output_names})"
+
+
+def _images(feeds: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """A per-image artifact's feeds, one image at a time (views; contiguous, as the batch is)."""
+    count = next(iter(feeds.values())).shape[0]
+    return [{name: value[i : i + 1] for name, value in feeds.items()} for i in range(count)]
 
 
 def _ready(

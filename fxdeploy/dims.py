@@ -140,6 +140,8 @@ def dim_ranges(
     for symbol, value_range in ranges.items():
         if not getattr(symbol, "is_Symbol", False):
             continue  # 32*s39: a derived dim, bounded through its root
+        if not str(symbol).startswith("s"):
+            continue  # a data-dependent value (u0, zuf0), not an input dim
         name = names.get(str(symbol), str(symbol))
         lo = int(value_range.lower)
         hi = finite_or(value_range.upper, INT_MAX)

@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -147,3 +147,24 @@ def dicts_to_dataclasses(template: Any, plain: Any) -> Any:
 
 def is_tensor(x: Any) -> bool:
     return isinstance(x, torch.Tensor)
+
+
+def join_images(results: Sequence[Any], plan: dict[str, Any]) -> Any:
+    """Per-image results into the whole batch's, by the plan a per-image capture recorded
+    (``fxdeploy.capture.per_image.join_plan``): lists over images concatenate, batched tensors
+    concatenate on dim 0, everything else is the same for every image."""
+    first = results[0]
+    kind = plan["kind"]
+    if kind == "cat":
+        return torch.cat(list(results), 0)
+    if kind == "same":
+        return first
+    if kind == "concat":
+        joined = [item for result in results for item in result]
+        return type(first)(joined) if isinstance(first, tuple) else joined
+    if isinstance(first, Mapping):
+        keys = list(first)
+        pairs = zip(keys, plan["items"], strict=True)
+        return type(first)((k, join_images([r[k] for r in results], p)) for k, p in pairs)
+    items = [join_images([r[i] for r in results], p) for i, p in enumerate(plan["items"])]
+    return type(first)(items)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import logging
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy import dims as dims_mod
 from fxdeploy import structure, substitution
+from fxdeploy.capture import per_image
 from fxdeploy.capture.errors import explain
 from fxdeploy.errors import CaptureError
 from fxdeploy.settings import Settings
@@ -50,6 +52,11 @@ class Captured:
     dataclass_template: Any = None
     # the ExportedProgram the graph module came from: lowering exports it as is when no pass changed it
     exported_program: torch.export.ExportedProgram | None = None
+    # a model that loops over the batch in Python, captured for one image (fxdeploy.capture.per_image):
+    # the batch dim and the join plan, and the user's whole example with eager's outputs on it
+    per_image: dict[str, Any] | None = None
+    batch_inputs: list[torch.Tensor] | None = None
+    batch_outputs: Any = None
 
 
 def capture(
@@ -72,9 +79,11 @@ def capture(
                 "tensors (bake constants into the model, e.g. with functools.partial)"
             )
     export_shapes, opts = dims_mod.to_export_dynamic_shapes(dynamic_shapes, model.forward, args, kwargs)
-    with eval_mode(model), torch.no_grad(), warnings.catch_warnings():
+    with eval_mode(model), module_state(model), torch.no_grad(), warnings.catch_warnings():
         # torch 2.13's own pytree deprecation, raised inside torch.export; nothing a user can act on
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*", category=FutureWarning)
+        # torchvision 0.29's fake nms kernel calls a renamed torch API; nothing a user can act on
+        warnings.filterwarnings("ignore", message=".*create_unbacked_symint.*is deprecated", category=FutureWarning)
         with substitution.on_instances(model, subs) as applied:
             try:
                 eager_outputs = model(*args, **kwargs)
@@ -86,10 +95,54 @@ def capture(
                 ) from exc
         template = eager_outputs if structure.has_unregistered_dataclass(eager_outputs) else None
         target = _plain_outputs(model) if template is not None else model
-        ep, mode, applied = _export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
+        batch = per_image.batch_dim(export_shapes, flat_inputs)
+        try:
+            ep, mode, applied = _export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
+        except CaptureError as exc:
+            if batch is None or not per_image.specialized(exc.__cause__ or exc, batch.name):
+                raise
+            logger.info("the model fixes its batch %r: capturing one image", batch.name)
+            captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs, eager_outputs)
+            if captured is None:
+                raise  # the batch's own error says what to change
+            return captured
         _check_structure(ep, eager_outputs, template, [s for s in subs if s.name in applied])
         unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
         return _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
+
+
+def _try_one_image(*args: Any) -> Captured | None:
+    try:
+        return _capture_one_image(*args)
+    except Exception as exc:  # noqa: BLE001 - the caller raises the whole batch's error instead
+        logger.info("capturing one image failed too: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+def _capture_one_image(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], subs: list[substitution.Substitution],
+    settings: Settings, batch: per_image.BatchDim, batch_inputs: list[torch.Tensor], batch_outputs: Any,
+) -> Captured:
+    """Capture the first image with a static batch of 1; record how per-image results join."""
+    one_args, one_kwargs = per_image.take_images((args, kwargs), 0, 1)
+    two_args, two_kwargs = per_image.take_images((args, kwargs), 0, 2)
+    if batch_inputs[0].shape[0] < 2:  # one image given: the same image twice shows how results join
+        two_args, two_kwargs = pytree.tree_map(
+            lambda x: torch.cat([x, x]) if isinstance(x, torch.Tensor) else x, (one_args, one_kwargs)
+        )
+    with substitution.on_instances(model, subs):
+        one, two = model(*one_args, **one_kwargs), model(*two_args, **two_kwargs)
+    if structure.has_unregistered_dataclass(one):
+        raise CaptureError("a model that loops over the batch and returns dataclasses is not supported; return dicts")
+    plan = per_image.join_plan(one, two)
+    flat_one, in_spec = pytree.tree_flatten((one_args, one_kwargs))
+    ep, mode, applied = _export(model, one_args, one_kwargs, None, subs, settings.capture.mode)
+    _check_structure(ep, one, None, [s for s in subs if s.name in applied])
+    unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
+    captured = _flatten(ep, model, one, None, flat_one, in_spec, {}, mode, applied, unpacks)
+    captured.per_image = dict(batch.to_dict(), opt=int(batch_inputs[0].shape[0]), join=plan)
+    captured.batch_inputs, captured.batch_outputs = list(batch_inputs), batch_outputs
+    return captured
 
 
 def _export(
@@ -102,24 +155,71 @@ def _export(
 ) -> tuple[torch.export.ExportedProgram, str, list[str]]:
     functions = [s for s in subs if not s.is_method]
     if mode in ("auto", "non_strict"):
+        watch = None
         try:
             with substitution.on_instances(model, subs) as applied, substitution.watch_calls(
                 functions
             ) as watch:
-                ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
+                ep = _export_non_strict(model, args, kwargs, shapes)
             if not watch.hits:
                 return ep, "non_strict", applied
             logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
         except Exception as exc:  # noqa: BLE001 - re-raised with an explanation, or retried strict
-            if mode == "non_strict":
+            fixed_dim = "Constraints violated" in str(exc) and not (watch and watch.hits)  # strict fixes no dim
+            if mode == "non_strict" or fixed_dim:
                 raise CaptureError(explain(exc, model, subs)) from exc
             logger.info("non-strict capture failed (%s); trying strict mode", type(exc).__name__)
     try:
-        with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns:
+        with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns, _quiet():
             ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=True)
     except Exception as exc:  # noqa: BLE001
         raise CaptureError(explain(exc, model, subs)) from exc
     return ep, "strict", applied + fns
+
+
+def _export_non_strict(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any
+) -> torch.export.ExportedProgram:
+    """Non-strict torch.export; where Python branches on a data-dependent size (Ultralytics'
+    ``if not x.shape[0]: continue`` after a score filter), once more with the example's real
+    values deciding each such branch.
+
+    torch records the branch taken as a runtime assert on the size (``Ne(u0, 0)``). The masking
+    passes then keep that size at its static bound, and ``lower()`` checks the artifact against the
+    model run eagerly, so a branch that matters shows as a mismatch there."""
+    with module_state(model), _quiet():
+        try:
+            return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
+        except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
+            if "GuardOnDataDependentSymNode" not in f"{type(exc).__name__} {exc}":
+                raise
+            first = exc
+    logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
+    with module_state(model), torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True), _quiet():
+        ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
+    if _branches_on_values(ep.graph):  # only sizes may decide: a value's branch differs per input
+        raise first
+    for node in ep.graph.nodes:  # the real values decided the branches; passes re-derive shapes only
+        for value in pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(value, torch.Tensor) and getattr(value, "real_tensor", None) is not None:
+                value.real_tensor = None
+    return ep
+
+
+def _branches_on_values(graph: torch.fx.Graph) -> bool:
+    """Whether a branch the example decided reads a tensor's value (``if x.sum() > 0``), not
+    the size of a selection (``if not len(kept)``): the asserts torch left name the symbols."""
+    values = set()
+    for node in graph.nodes:
+        if str(node.target) in ("aten._local_scalar_dense.default", "aten.item.default"):
+            values |= {str(s) for s in node.meta.get("unbacked_bindings", {})}
+    for node in graph.nodes:
+        if str(node.target) == "aten._assert_scalar.default" and isinstance(node.args[0], torch.fx.Node):
+            condition = node.args[0].meta.get("val")
+            symbols = getattr(getattr(condition, "node", None), "expr", None)
+            if symbols is not None and {str(s) for s in symbols.free_symbols} & values:
+                return True
+    return False
 
 
 def _check_structure(
@@ -270,6 +370,48 @@ def _plain_outputs(model: torch.nn.Module) -> torch.nn.Module:
     wrapper = type("PlainOutputs", (torch.nn.Module,), {"forward": forward})()
     wrapper.model = model
     return wrapper
+
+
+@contextlib.contextmanager
+def module_state(model: torch.nn.Module) -> Iterator[None]:
+    """Give every submodule back its attributes as they were before capture.
+
+    Models cache values on themselves in forward (Ultralytics' Detect head keeps its anchors and
+    strides for the last input shape). Under torch.export those caches become fake or traced
+    tensors, which a later eager call would reuse: the same model would then compute with another
+    trace's values, or fail. Capture may run forward several times, and may fail half-way."""
+    saved = [(m, dict(m.__dict__), dict(m._parameters), dict(m._buffers)) for m in model.modules()]
+    try:
+        yield
+    finally:
+        for module, attributes, parameters, buffers in saved:
+            module.__dict__.clear()
+            module.__dict__.update(attributes)
+            module._parameters.clear()
+            module._parameters.update(parameters)
+            module._buffers.clear()
+            module._buffers.update(buffers)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Dynamo logs a failed trace at error level (the guards, the frames), and torch.export prints
+    the partial graph of a failed export to stderr: the CaptureError says what broke, so torch's
+    loggers are held above error level, and its stderr output goes to fxdeploy's debug log."""
+    names = ["torch"] + [n for n in logging.root.manager.loggerDict if n.startswith("torch.")]
+    loggers = [logging.getLogger(name) for name in names]  # torch._logging sets levels on children
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+        if printed.getvalue().strip():
+            logger.debug("torch printed during capture:\n%s", printed.getvalue())
 
 
 @contextlib.contextmanager

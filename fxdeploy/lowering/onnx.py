@@ -22,6 +22,7 @@ _QUIET = ("torchvision is not installed", "isinstance(treespec, LeafSpec)")
 _QUIET_LOGGERS = (
     "torch.onnx._internal.exporter._registration",  # "torchvision is not installed. Skipping ..."
     "onnxscript.optimizer._constant_folding",  # "Skipping constant folding for op Split ..."
+    "torch.onnx._internal.exporter._core",  # "Tensor ... is not one of the initializers" (a tensor attribute)
 )
 
 

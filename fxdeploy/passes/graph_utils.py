@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import torch
@@ -18,7 +19,9 @@ def refresh_meta(gm: torch.fx.GraphModule) -> None:
     if mode is None:
         raise ValueError("graph inputs carry no fake tensors; cannot recompute shapes")
     gm.recompile()
-    FakeTensorProp(gm, mode=mode).propagate_dont_convert_inputs(*values)
+    with warnings.catch_warnings():  # torchvision 0.29's fake nms calls a renamed torch API
+        warnings.filterwarnings("ignore", message=".*create_unbacked_symint.*is deprecated", category=FutureWarning)
+        FakeTensorProp(gm, mode=mode).propagate_dont_convert_inputs(*values)
 
 
 def fill_meta(new: list[torch.fx.Node]) -> None:

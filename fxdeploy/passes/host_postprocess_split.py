@@ -36,9 +36,10 @@ STAGE = "stage_"
 _NMS = "fxdeploy::multiclass_nms"
 
 _aten = torch.ops.aten
-_SELECTIONS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.nonzero})
+_SELECTIONS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.nonzero, _aten.scatter, _aten.cumsum})
 """Ops ncnn has no layer for, whose results depend on the values: they run on the host wherever
-they read the inputs. On values made without the inputs, pnnx folds them into constants."""
+they read the inputs. On values made without the inputs, pnnx folds them into constants. A
+selection that pad_compactions made static reorders rows by a cumsum and a scatter."""
 _BY_INDEX = frozenset({_aten.gather, _aten.index, _aten.index_select})
 """Neither has an ncnn layer; pnnx folds one whose index is fixed (a mask made from the input's
 size), so only one that reads a host value (the indices of a top-k) runs on the host."""
@@ -59,6 +60,9 @@ _VIEWS = frozenset({
 one output of a multi-output op, topk's values; ``cat`` and ``stack`` join per-level selections or
 box corners; ``repeat`` expands a top-k's indices for a gather)."""
 _MOVABLE = _HOST_ONLY | _VIEWS
+_REDUCE = frozenset({_aten.max, _aten.min, _aten.amax, _aten.amin, _aten.sum})
+"""Reductions that stay on the host where they read host values only (batched_nms's class offset:
+the largest coordinate of the candidate boxes)."""
 _FROM_SIZES = frozenset({
     _aten.arange, _aten.ones, _aten.zeros, _aten.full, _aten.linspace, _aten.eye, _aten.new_ones,
     _aten.new_zeros, _aten.new_full,
@@ -118,8 +122,9 @@ def host_postprocess_split(gm: GraphModule, settings: Settings) -> PassResult:
                 + [f for f in finals if isinstance(f, Node) and stage_of.get(f) == s])
         for s in range(count)
     ]
+    lifted = _lifted(placeholders, outputs, finals)
     for s in range(count):
-        setattr(gm, f"{STAGE}{s}", _part(gm, members[s], inputs[s], outputs[s], rebound[s]))
+        setattr(gm, f"{STAGE}{s}", _part(gm, members[s], inputs[s], outputs[s], rebound[s], lifted))
     gm.graph = _wire(placeholders, inputs, outputs, finals)
     gm.delete_all_unused_submodules()
     return PassResult(gm, True)
@@ -239,7 +244,7 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
         for node in reversed(gm.graph.nodes):
             if node not in after or node in host or not node.users or not all(u in host for u in node.users):
                 continue
-            if _packet(node) in _MOVABLE or (node in engine_free and _pointwise(node)):
+            if _packet(node) in _MOVABLE or (node in engine_free and (_pointwise(node) or _packet(node) in _REDUCE)):
                 host.add(node)
                 changed = True
     return host
@@ -281,6 +286,8 @@ def _engine_work_late(compute: list[Node], stage_of: dict[Node, int]) -> dict[No
         users = [stage_of.get(u, needed.get(u, float("inf"))) for u in node.users if u.op != "output"]
         needed[node] = min(users, default=float("inf"))
         stage = stage_of.get(node)
+        if _packet(node) is operator.getitem:  # an item of a tuple stays where the tuple is made
+            continue
         if stage is not None and stage % 2 == 0 and needed[node] != float("inf"):
             latest = int(needed[node]) - int(needed[node]) % 2
             if latest > stage:
@@ -359,15 +366,33 @@ def _random(node: Node) -> bool:
     return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
+def _lifted(placeholders: list[Node], outputs: list[list[Node]], finals: list[object]) -> set[Node]:
+    """Engine outputs of a one-image graph (a per-image capture: every input's batch is 1) that
+    have no batch axis, because the model picked its image (``scores[i]``) before the host's work.
+    ncnn's engine returns blobs per image, so the engine stage hands them over with a leading 1."""
+    values = [p.meta.get("val") for p in placeholders]
+    if not values or not all(isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == 1 for v in values):
+        return set()
+    def lacks_batch(node: Node) -> bool:
+        value = node.meta.get("val")
+        return isinstance(value, torch.Tensor) and (value.dim() == 0 or value.shape[0] != 1)
+    return {n for s in range(0, len(outputs), 2) for n in outputs[s] if lacks_batch(n) and n not in finals}
+
+
 def _part(
     gm: GraphModule, nodes: list[Node], inputs: list[Node], outputs: list[Node],
-    rebound: dict[Node, tuple[Node, int]],
+    rebound: dict[Node, tuple[Node, int]], lifted: set[Node],
 ) -> GraphModule:
-    """A standalone GraphModule of ``nodes``; weights are copied in as attributes, not inputs."""
+    """A standalone GraphModule of ``nodes``; weights are copied in as attributes, not inputs.
+    A ``lifted`` value travels between stages with a leading 1 (see ``_lifted``)."""
     graph = Graph()
     env: dict[Node, Node] = {}
     for node in inputs:
         env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in set(inputs) & lifted:  # placeholders first: a call named before one takes its name
+        env[node].meta["val"] = node.meta["val"].unsqueeze(0)
+        env[node] = graph.call_function(_aten.squeeze.dim, (env[node], 0))
         env[node].meta = dict(node.meta)
     for node in nodes:
         for attr in node.all_input_nodes:
@@ -379,6 +404,9 @@ def _part(
             env[node].meta = dict(node.meta)
         else:
             env[node] = graph.node_copy(node, lambda a: env[a])
+    for node in set(outputs) & lifted:
+        env[node] = graph.call_function(_aten.unsqueeze.default, (env[node], 0))
+        env[node].meta = dict(node.meta, val=node.meta["val"].unsqueeze(0))
     graph.output(tuple(env[n] for n in outputs))
     part = GraphModule(gm, graph)
     part.eval()

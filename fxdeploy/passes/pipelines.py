@@ -5,6 +5,8 @@ from __future__ import annotations
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.float_attention_mask import float_attention_mask
 from fxdeploy.passes.host_postprocess_split import host_postprocess_split
+from fxdeploy.passes.max_indices import max_indices
+from fxdeploy.passes.pad_compactions import pad_compactions
 from fxdeploy.passes.padded_copies import padded_copies
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.remove_asserts import remove_asserts
@@ -23,17 +25,20 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 # tensorize_outputs runs last: earlier passes may add or replace outputs (substitute_nms does).
 # substitute_nms after cleanup (the asserts on NMS sizes are gone) and before tensorize_outputs
 # (it adds the hidden count outputs and the trim records that tensorize_outputs describes).
+# pad_compactions before substitute_nms: it gives boolean-mask selections their static size and
+# sets the padded rows' NMS scores to -inf, so the NMS it leaves has static inputs.
 # precision_policy after substitute_nms: it keeps the NMS inputs (and their box decoding) in fp32.
-ONNX: tuple[Pass, ...] = (*CLEANUP, substitute_nms, precision_policy, tensorize_outputs)
+ONNX: tuple[Pass, ...] = (*CLEANUP, pad_compactions, substitute_nms, precision_policy, tensorize_outputs)
 TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # ncnn: no precision policy (ncnn's own fp16 switches set the precision, engine-wide), then the
 # pnnx/ncnn workarounds (they change no outputs), then the host split last: it cuts the final
 # graph, so it must see the final outputs and every NMS. unit_broadcasts after unit_selects: a
 # per-layer position embedding's select becomes a squeeze first, leaving the [1, N, C] operand.
 # vacuous_masks before float_attention_mask: an all-True mask goes, rather than becoming a float one.
+# max_indices right before the split: the argmax it spells out must be seen by the split (host).
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, substitute_nms, tensorize_outputs, vacuous_masks, float_attention_mask, padded_copies, strided_slices,
-    unit_selects, unit_broadcasts, host_postprocess_split,
+    *CLEANUP, pad_compactions, substitute_nms, tensorize_outputs, vacuous_masks, float_attention_mask, padded_copies,
+    strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

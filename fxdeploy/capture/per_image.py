@@ -1,0 +1,110 @@
+"""Models that loop over the batch in Python: capture one image, run a batch image by image.
+
+torch.export cannot hold a Python loop over a dynamic batch (``for i in range(x.shape[0])``,
+``model(list(images.unbind(0)))``): it specializes the batch to the example's size. Detection
+libraries write their postprocessing that way (torchvision, Ultralytics). When every tensor input
+has the same dynamic dim 0 and capture specializes it, fxdeploy captures one image (the batch
+static at 1), and the deployed model runs each image of a call through the engine, then joins the
+per-image results into what eager returns for the whole batch.
+
+How results join is data in the manifest (``join``), found by running the model eagerly on one
+image and on two: a list that doubles is a list over images (concatenated), a tensor whose dim 0
+doubles is batched (concatenated on dim 0), anything else must be the same for every image.
+``fxdeploy.structure.join_images`` applies the plan on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fxdeploy import structure
+from fxdeploy.dims import INT_MAX, finite_or
+from fxdeploy.errors import CaptureError
+
+
+@dataclass(frozen=True)
+class BatchDim:
+    """The dynamic batch a per-image capture stands for: dim 0 of every tensor input."""
+
+    name: str
+    min: int
+    max: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dim": self.name, "min": self.min, "max": self.max}
+
+
+def batch_dim(export_shapes: Any, flat_inputs: list[torch.Tensor]) -> BatchDim | None:
+    """The dim named on dim 0 of every tensor input (and nowhere else), or None."""
+    if export_shapes is None:
+        return None
+    specs = list(export_shapes.values() if isinstance(export_shapes, Mapping) else export_shapes)
+    if len(specs) != len(flat_inputs) or not flat_inputs:
+        return None
+    firsts = set()
+    for spec in specs:
+        if not isinstance(spec, Mapping) or 0 not in spec or spec[0] is None:
+            return None
+        if any(d != 0 and s is not None for d, s in spec.items()):
+            return None  # other dynamic dims too: not a plain batch loop
+        firsts.add(spec[0])
+    if len(firsts) != 1:
+        return None
+    dim = firsts.pop()
+    if not hasattr(dim, "__name__"):
+        return None
+    low, high = finite_or(getattr(dim, "min", 1), 1), finite_or(getattr(dim, "max", INT_MAX), INT_MAX)
+    return BatchDim(dim.__name__, low, high)
+
+
+def specialized(exc: BaseException, name: str) -> bool:
+    """True when torch.export refused because the model's code fixed the batch dim ``name``."""
+    text = str(exc)
+    return f"You marked {name} as dynamic but your code specialized it" in text
+
+
+def take_images(tree: Any, start: int, stop: int) -> Any:
+    """The same inputs with every tensor cut to images [start, stop) on dim 0."""
+    return pytree.tree_map(lambda x: x[start:stop] if isinstance(x, torch.Tensor) else x, tree)
+
+
+def join_plan(one: Any, two: Any, where: str = "output") -> dict[str, Any]:
+    """How per-image results join, from eager's results on one image and on two."""
+    if isinstance(one, torch.Tensor) and isinstance(two, torch.Tensor):
+        doubled = two.dim() == one.dim() and two.shape[0] == 2 * one.shape[0] and two.shape[1:] == one.shape[1:]
+        if one.dim() and doubled:
+            return {"kind": "cat"}
+        if one.shape == two.shape:
+            return {"kind": "same"}
+    elif isinstance(one, (list, tuple)) and isinstance(two, (list, tuple)) and type(one) is type(two):
+        if len(two) == 2 * len(one) and len(one) > 0:
+            return {"kind": "concat"}
+        if len(two) == len(one):
+            pairs = enumerate(zip(one, two, strict=True))
+            return {"kind": "items", "items": [join_plan(a, b, f"{where}[{i}]") for i, (a, b) in pairs]}
+    elif isinstance(one, Mapping) and isinstance(two, Mapping) and list(one) == list(two):
+        items = [join_plan(one[k], two[k], f"{where}[{k!r}]") for k in one]
+        return {"kind": "items", "keys": [str(k) for k in one], "items": items}
+    elif not isinstance(one, (torch.Tensor, list, tuple, Mapping)) and one == two:
+        return {"kind": "same"}
+    raise CaptureError(
+        f"{where}: the model's result for two images is not the result for one image repeated "
+        f"(one image: {_brief(one)}, two: {_brief(two)}), so fxdeploy cannot run the batch image by "
+        "image. Make the batch dim static, or return per-image lists or batched tensors"
+    )
+
+
+def _brief(value: Any) -> str:
+    value = structure.dataclasses_to_dicts(value)
+    if isinstance(value, torch.Tensor):
+        return f"tensor {tuple(value.shape)}"
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__} of {len(value)}"
+    if isinstance(value, Mapping):
+        return f"dict with keys {list(value)}"
+    return repr(value)[:40]

@@ -1,0 +1,115 @@
+"""Ultralytics YOLO11n and YOLOv8n, built from their yaml, followed by Ultralytics' own
+``non_max_suppression``, with no substitution: a Python loop over the images, a score filter
+twice, an in-place box conversion, ``if not n: continue``, torchvision's NMS, ``[:max_det]``.
+Every target must match eager detection by detection, at batch 1 and 4, after save/load too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import fxdeploy
+from fxdeploy.builtin_substitutions import builtin_substitutions
+from tests.detections import assert_same_detections
+from tests.detectors.conftest import require
+from tests.helpers import require_target
+
+TARGETS = ["onnxruntime", "openvino", "torchscript", "ncnn"]
+CONFIGS = ["yolo11n.yaml", "yolov8n.yaml"]
+MAX_DET = 1000
+"""Above every image's count: a cap would let tie-breaking among equal scores decide the set."""
+SCORE_TOLERANCE = {"ncnn": 1e-3}
+
+
+@pytest.fixture(scope="module", params=CONFIGS)
+def yolo(request: pytest.FixtureRequest) -> torch.nn.Module:
+    require("ultralytics")
+    # Ultralytics runs torchvision's NMS once torchvision is imported, and its own TorchNMS before:
+    # the two break exact score ties differently. fxdeploy imports torchvision (its NMS
+    # substitutions), so eager is compared with torchvision imported, as Ultralytics' users run it.
+    require("torchvision")
+    from examples.ultralytics_yolo import YoloWithNMS, build
+
+    return YoloWithNMS(build(request.param), max_det=MAX_DET)
+
+
+def as_detections(rows: list[torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """Ultralytics' [n, 6] rows (x1, y1, x2, y2, conf, cls) as the matcher's per-image dicts."""
+    return [{"boxes": r[:, :4], "scores": r[:, 4], "labels": r[:, 5].long()} for r in rows]
+
+
+def test_inputs_make_parity_meaningful(yolo: torch.nn.Module) -> None:
+    from examples.ultralytics_yolo import images
+
+    for batch, seed in ((1, 3), (4, 1)):
+        with torch.no_grad():
+            out = yolo(images(batch, seed))
+        for i, rows in enumerate(out):
+            assert len(rows[:, 4].unique()) >= 50, f"image {i}: {len(rows[:, 4].unique())} distinct scores"
+            assert len(rows) < MAX_DET
+
+
+ORT_TIES = (
+    "ONNX Runtime's NonMaxSuppression visits equal scores in another order than torchvision and NMS_SPEC "
+    "(lower index first): where overlapping boxes tie at exactly 1.0, a different one survives"
+)
+
+
+@pytest.mark.parametrize("target", ["torchscript", "onnxruntime"])
+def test_exact_score_ties(yolo: torch.nn.Module, target: str) -> None:
+    """Images whose class scores saturate at exactly 1.0 for many anchors: the NMS contract's tie
+    order (lower index first) decides which of two overlapping tied boxes survives."""
+    from examples.ultralytics_yolo import images
+
+    x = images(4, 1, contrast=2.2)
+    with torch.no_grad():
+        want = yolo(x)
+    assert all(len(r[:, 4].unique()) < len(r) for r in want[:2]), "the first two images have exact ties"
+    deployed = fxdeploy.lower(yolo, (x[2:],), target=target, dynamic_shapes={"images": {0: ("batch", 1, 8)}},
+                              settings=fxdeploy.Settings(verify=False))
+    try:
+        assert_same_detections(as_detections(want), as_detections(deployed(x)))
+    except AssertionError:
+        if target != "onnxruntime":
+            raise
+        pytest.xfail(ORT_TIES)  # YOLO11n's hundreds of saturated ties; YOLOv8n's few match
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_yolo_with_ultralytics_nms_without_substitution(yolo: torch.nn.Module, target: str, tmp_path: Path) -> None:
+    require_target(target)
+    from examples.ultralytics_yolo import images
+
+    deployed = fxdeploy.lower(yolo, (images(2, 0),), target=target, dynamic_shapes={"images": {0: ("batch", 1, 8)}})
+    assert set(deployed.manifest["info"]["substitutions"]) <= {s.name for s in builtin_substitutions()}
+    deployed.save(tmp_path / "yolo")
+    loaded = fxdeploy.load(tmp_path / "yolo")
+    for batch, seed in ((1, 3), (4, 1)):
+        x = images(batch, seed)
+        with torch.no_grad():
+            want = yolo(x)
+        for runner in (deployed, loaded):
+            got = runner(x)
+            assert isinstance(got, list) and len(got) == batch
+            assert all(g.shape[1:] == (6,) and g.dtype == torch.float32 for g in got)
+            tolerance = SCORE_TOLERANCE.get(target, 1e-4)
+            assert_same_detections(as_detections(want), as_detections(got), score_atol=tolerance)
+
+
+def test_eager_model_is_untouched_by_lowering(yolo: torch.nn.Module) -> None:
+    """Capture runs forward several times (one image, the real-value retry); the Detect head's
+    cached anchors must not keep a traced value, and eager results must stay the same."""
+    from examples.ultralytics_yolo import images
+
+    x = images(2, 5)
+    with torch.no_grad():
+        before = yolo(x)
+    fxdeploy.lower(yolo, (x,), target="onnxruntime", dynamic_shapes={"images": {0: ("batch", 1, 8)}})
+    head = yolo.model.model[-1]
+    assert all(type(v) is torch.Tensor for v in vars(head).values() if isinstance(v, torch.Tensor))
+    with torch.no_grad():
+        after = yolo(x)
+    assert len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after, strict=True))

@@ -1,0 +1,157 @@
+"""pad_compactions: boolean-mask selections keep their static size, valid rows first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fxdeploy import ops
+from fxdeploy.capture import capture
+from fxdeploy.passes import op_histogram, run_pipeline
+from fxdeploy.passes.pad_compactions import CompactionError, pad_compactions
+from fxdeploy.passes.pipelines import CLEANUP
+from fxdeploy.passes.substitute_nms import substitute_nms
+from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES, TRIM
+from fxdeploy.settings import Settings
+
+
+class TwoFilters(torch.nn.Module):
+    """Ultralytics' shape: filter by the best score, fix the box columns in place, pick the best
+    class, filter again, offset boxes by class, NMS, keep[:k], gather the rows."""
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        x = rows[rows[:, 4:].amax(1) > 0.3]
+        x[:, :2] = x[:, :2] - 1.0  # an in-place write into columns of the selected rows
+        conf, label = x[:, 4:].max(1, keepdim=True)
+        x = torch.cat((x[:, :4], conf, label.float()), 1)[conf.view(-1) > 0.35]
+        boxes = x[:, :4] + x[:, 5:6] * 1000
+        keep = ops.nms(boxes, x[:, 4], 0.5)[:20]
+        return x[keep]
+
+
+class FilterThenBatchedNMS(torch.nn.Module):
+    """The selections feed the NMS directly (examples/detector.py's TinyYolo)."""
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        conf, label = rows[:, 4:].max(1)
+        keep = conf > 0.8
+        boxes, conf, label = rows[:, :4][keep], conf[keep], label[keep]
+        kept = ops.batched_nms(boxes, conf, label, 0.5)[:60]
+        return torch.cat([boxes[kept], conf[kept, None], label[kept, None].float()], 1)
+
+
+class SumsSelected(torch.nn.Module):
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores[scores > 0.5].sum()  # BREAKS: the padded rows would enter the sum
+
+
+class SortsSelected(torch.nn.Module):
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores[scores > 0.5].sort().values  # BREAKS: sorting mixes padded rows in
+
+
+class CountsSelected(torch.nn.Module):
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        return torch.ones(2) * scores[scores > 0.5].shape[0]  # BREAKS: the count as a value
+
+
+class NoSelection(torch.nn.Module):
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores.sigmoid()
+
+
+def _rows(n: int = 80, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=generator) * 100
+    boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=generator) * 30 + 1], 1)
+    return torch.cat([boxes, torch.rand(n, 3, generator=generator) * scale], 1)
+
+
+def _captured(model: torch.nn.Module, *args: torch.Tensor) -> torch.fx.GraphModule:
+    captured = capture(model, args)
+    gm = captured.graph_module
+    gm.meta[OUTPUT_NAMES] = captured.output_names
+    gm, _ = run_pipeline(gm, CLEANUP, Settings())
+    return gm
+
+
+def _trimmed(gm: torch.fx.GraphModule, *args: torch.Tensor) -> torch.Tensor:
+    """Run the rewritten graph and cut the rows past the NMS count, as the host does."""
+    names = gm.meta[OUTPUT_NAMES]
+    outputs = dict(zip(names, gm(*args), strict=True))
+    record = gm.meta[TRIM][names[0]]
+    return outputs[names[0]].narrow(record["dim"], 0, int(outputs[record["count"]].reshape(-1)[0]))
+
+
+def _static_pipeline(model: torch.nn.Module, rows: torch.Tensor) -> torch.fx.GraphModule:
+    gm = _captured(model, rows)
+    gm = pad_compactions(gm, Settings()).graph_module
+    return substitute_nms(gm, Settings()).graph_module
+
+
+def test_selections_feeding_the_nms_directly_match_eager() -> None:
+    gm = _static_pipeline(FilterThenBatchedNMS(), _rows())
+    nms = next(n for n in gm.graph.nodes if str(n.target) == "fxdeploy.multiclass_nms.default")
+    assert nms is not None
+    for seed in range(4):
+        other = _rows(seed=seed + 1)
+        want = FilterThenBatchedNMS()(other)
+        assert 5 < len(want) < 60
+        torch.testing.assert_close(_trimmed(gm, other), want)
+
+
+def test_two_filters_become_static_and_match_eager() -> None:
+    rows = _rows()
+    gm = _captured(TwoFilters(), rows)
+    before = op_histogram(gm)
+    result = pad_compactions(gm, Settings())
+    gm = result.graph_module
+    gm.graph.lint()
+    after = op_histogram(gm)
+    assert result.modified
+    assert before["aten.index.Tensor"] == 3  # two selections and the gather by kept indices
+    assert after["aten.index.Tensor"] == 1 and after["aten.index_select.default"] == 2
+    assert after["aten.scatter.src"] == 2
+    nms = next(n for n in gm.graph.nodes if str(n.target) == "fxdeploy.nms.default")
+    assert str(nms.args[1].target) == "aten.where.ScalarOther"  # padded rows score -inf
+    gm = substitute_nms(gm, Settings()).graph_module
+    gm.graph.lint()
+    assert all(isinstance(s, int) for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)
+               for s in n.meta["val"].shape), "a data-dependent size is left"
+    for seed in range(4):  # fresh rows: another number of survivors each time
+        other = _rows(seed=seed + 1)
+        want = TwoFilters()(other.clone())
+        got = _trimmed(gm, other.clone())
+        assert len(want) > 5
+        torch.testing.assert_close(got, want)
+
+
+def test_no_survivor_gives_the_empty_result() -> None:
+    gm = _static_pipeline(TwoFilters(), _rows())
+    quiet = _rows(scale=0.1)  # every score below both thresholds
+    want = TwoFilters()(quiet.clone())
+    got = _trimmed(gm, quiet.clone())
+    assert want.shape == got.shape == (0, 6)
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        (SumsSelected(), "combines the rows selected"),
+        (SortsSelected(), "orders or accumulates along the rows selected"),
+        (CountsSelected(), "number of rows selected"),
+    ],
+    ids=["sum", "sort", "count"],
+)
+def test_refuses_what_padding_would_change(model: torch.nn.Module, says: str) -> None:
+    gm = _captured(model, torch.rand(30))
+    with pytest.raises(CompactionError, match=says) as info:
+        pad_compactions(gm, Settings())
+    assert __file__ in str(info.value)  # names the call site
+
+
+def test_a_graph_without_selection_is_unchanged() -> None:
+    gm = _captured(NoSelection(), torch.rand(30))
+    before = op_histogram(gm)
+    result = pad_compactions(gm, Settings())
+    assert not result.modified and op_histogram(result.graph_module) == before
