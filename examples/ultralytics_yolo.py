@@ -29,8 +29,11 @@ class YoloWithNMS(nn.Module):
 
 
 def build(
-    config: str = "yolo11n.yaml", size: int = 320, class_scale: float = 0.45, class_bias: float = -2.2
+    config: str = "yolo11n.yaml", size: int = 320, class_scale: float = 0.15, class_bias: float = -0.8
 ) -> nn.Module:
+    """Scores then spread over (0.25, 0.995) with 260-450 detections per 320 px image; a larger
+    scale saturates many at exactly 1.0 (ties), and near-1 scores of overlapping boxes make the
+    kept set hang on the last float bit."""
     """The Ultralytics DetectionModel of ``config``, with calibrated random weights, in eval mode."""
     os.environ.setdefault("YOLO_OFFLINE", "1")
     from ultralytics import YOLO

@@ -83,6 +83,7 @@ def capture(
         # torch 2.13's own pytree deprecation, raised inside torch.export; nothing a user can act on
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*", category=FutureWarning)
         # torchvision 0.29's fake nms kernel calls a renamed torch API; nothing a user can act on
+        warnings.filterwarnings("ignore", message=".*assigned during export.*", category=UserWarning)  # restored
         warnings.filterwarnings("ignore", message=".*create_unbacked_symint.*is deprecated", category=FutureWarning)
         with substitution.on_instances(model, subs) as applied:
             try:

@@ -62,8 +62,10 @@ ORT_TIES = (
 def test_exact_score_ties(yolo: torch.nn.Module, target: str) -> None:
     """Images whose class scores saturate at exactly 1.0 for many anchors: the NMS contract's tie
     order (lower index first) decides which of two overlapping tied boxes survives."""
-    from examples.ultralytics_yolo import images
+    from examples.ultralytics_yolo import YoloWithNMS, build, images
 
+    saturated = build(yolo.model.yaml["yaml_file"], class_scale=0.45, class_bias=-2.2)
+    yolo = YoloWithNMS(saturated, max_det=MAX_DET)
     x = images(4, 1, contrast=2.2)
     with torch.no_grad():
         want = yolo(x)
@@ -78,7 +80,18 @@ def test_exact_score_ties(yolo: torch.nn.Module, target: str) -> None:
         pytest.xfail(ORT_TIES)  # YOLO11n's hundreds of saturated ties; YOLOv8n's few match
 
 
-@pytest.mark.parametrize("target", TARGETS)
+NCNN_ANCHORS = (
+    "ncnn: the Detect head makes its anchors in forward (meshgrid over the feature sizes, type_as); pnnx "
+    "leaves aten::meshgrid and Tensor.type_as, which ncnn cannot run. Needs input-free values folded "
+    "into constants before pnnx (or run on the host)"
+)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [pytest.param(t, marks=[pytest.mark.xfail(reason=NCNN_ANCHORS, strict=True)] if t == "ncnn" else [])
+     for t in TARGETS],
+)
 def test_yolo_with_ultralytics_nms_without_substitution(yolo: torch.nn.Module, target: str, tmp_path: Path) -> None:
     require_target(target)
     from examples.ultralytics_yolo import images

@@ -1,0 +1,89 @@
+"""per_image: which captures run image by image, and how per-image results join."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fxdeploy
+from fxdeploy.capture import capture, per_image
+from fxdeploy.errors import CaptureError
+from fxdeploy.structure import join_images
+
+
+class LoopsOverImages(torch.nn.Module):
+    """A per-image Python loop returning a list over the images: the loop fixes the batch."""
+
+    def forward(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        feats = x.relu() * 2
+        return [image.flatten(1).amax(1) for image in feats], feats
+
+
+class Cached(torch.nn.Module):
+    """Caches a tensor computed in forward, as Ultralytics' Detect head does with its anchors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchors = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.anchors = torch.arange(x.shape[-1], dtype=x.dtype)
+        return x + self.anchors
+
+
+def test_join_plan_tells_lists_over_images_from_batched_tensors() -> None:
+    one = ([torch.zeros(3)], torch.zeros(1, 4), {"k": 2})
+    two = ([torch.zeros(3), torch.ones(5)], torch.zeros(2, 4), {"k": 2})
+    plan = per_image.join_plan(one, two)
+    same = {"kind": "items", "keys": ["k"], "items": [{"kind": "same"}]}
+    assert plan == {"kind": "items", "items": [{"kind": "concat"}, {"kind": "cat"}, same]}
+    images = [([torch.zeros(3)], torch.zeros(1, 4), {"k": 2}), ([torch.ones(5)], torch.ones(1, 4), {"k": 2})]
+    joined = join_images(images, plan)
+    assert [t.shape[0] for t in joined[0]] == [3, 5] and joined[1].shape == (2, 4) and joined[2] == {"k": 2}
+
+
+def test_join_plan_refuses_results_that_are_not_per_image() -> None:
+    with pytest.raises(CaptureError, match="not the result for one image repeated"):
+        per_image.join_plan(torch.zeros(3, 4), torch.zeros(5, 4))  # dim 0 neither doubles nor stays
+
+
+def test_batch_dim_needs_the_same_dim_0_on_every_input() -> None:
+    batch = torch.export.Dim("batch", min=1, max=8)
+    inputs = [torch.zeros(2, 3), torch.zeros(2, 5)]
+    assert per_image.batch_dim({"a": {0: batch}, "b": {0: batch}}, inputs) == per_image.BatchDim("batch", 1, 8)
+    assert per_image.batch_dim({"a": {0: batch}, "b": None}, inputs) is None
+    assert per_image.batch_dim({"a": {0: batch, 1: torch.export.Dim("n")}, "b": {0: batch}}, inputs) is None
+    assert per_image.batch_dim(None, inputs) is None
+
+
+def test_a_model_that_loops_over_images_is_captured_for_one() -> None:
+    model = LoopsOverImages()
+    x = torch.rand(3, 2, 4, 4)
+    captured = capture(model, (x,), dynamic_shapes={"x": {0: ("batch", 1, 6)}})
+    assert captured.per_image is not None and captured.per_image["dim"] == "batch"
+    assert captured.per_image["min"] == 1 and captured.per_image["max"] == 6
+    assert captured.example_inputs[0].shape == (1, 2, 4, 4)  # the engine's example: one image
+    assert captured.per_image["join"] == {"kind": "items", "items": [{"kind": "concat"}, {"kind": "cat"}]}
+
+
+def test_per_image_artifact_matches_eager_at_every_batch(tmp_path) -> None:
+    model = LoopsOverImages()
+    deployed = fxdeploy.lower(model, (torch.rand(2, 2, 4, 4),), target="onnxruntime",
+                              dynamic_shapes={"x": {0: ("batch", 1, 6)}})
+    deployed.save(tmp_path / "a")
+    loaded = fxdeploy.load(tmp_path / "a")
+    for batch in (1, 4, 6):
+        x = torch.rand(batch, 2, 4, 4)
+        want = model(x)
+        for runner in (deployed, loaded):
+            got = runner(x)
+            assert len(got[0]) == batch
+            torch.testing.assert_close(got, want)
+    with pytest.raises(fxdeploy.InputError, match="batch"):
+        deployed(torch.rand(7, 2, 4, 4))
+
+
+def test_capture_gives_back_attributes_that_forward_set() -> None:
+    model = Cached()
+    capture(model, (torch.rand(2, 5),))
+    assert model.anchors is None  # not a traced tensor left behind
