@@ -131,10 +131,7 @@ def _verify(
 
         flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "constant"]
     else:
-        def eager_fn(inputs: list[torch.Tensor]) -> Any:
-            args, kwargs = pytree.tree_unflatten(inputs, captured.in_spec)
-            with eval_mode(model), substitution.on_instances(model, subs):
-                return model(*args, **kwargs)
+        eager_fn = _eager_call(model, captured, subs)
 
         def deployed_fn(inputs: list[torch.Tensor]) -> Any:
             return deployed.call_flat(inputs, unpack=False)
@@ -147,6 +144,19 @@ def _verify(
     )
 
 
+def _eager_call(
+    model: torch.nn.Module, captured: Captured, subs: list[substitution.Substitution]
+) -> Callable[[list[torch.Tensor]], Any]:
+    """The model itself on flat inputs, as capture ran it (eval mode, method substitutions)."""
+
+    def eager_fn(inputs: list[torch.Tensor]) -> Any:
+        args, kwargs = pytree.tree_unflatten(inputs, captured.in_spec)
+        with eval_mode(model), substitution.on_instances(model, subs):
+            return model(*args, **kwargs)
+
+    return eager_fn
+
+
 def _verify_per_image(
     deployed: Deployed, captured: Captured, model: torch.nn.Module, subs: list[substitution.Substitution],
     settings: Settings, leaves: list[dict[str, Any]],
@@ -156,29 +166,20 @@ def _verify_per_image(
     info = captured.per_image
     batch = dims.DimRange(info["dim"], info["min"], info["max"], min(max(info["opt"], info["min"]), info["max"]))
     shapes = [[info["dim"], *x.shape[1:]] for x in captured.batch_inputs]
-
-    def eager_fn(inputs: list[torch.Tensor]) -> Any:
-        args, kwargs = pytree.tree_unflatten(inputs, captured.in_spec)
-        with eval_mode(model), substitution.on_instances(model, subs):
-            return model(*args, **kwargs)
-
-    def deployed_fn(inputs: list[torch.Tensor]) -> Any:
-        return deployed.call_flat(inputs, unpack=False)
-
+    eager_fn = _eager_call(model, captured, subs)
     flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "hidden"]
-    images = {"example": captured.batch_inputs[0].shape[0]}
     checks = []
     for label, sizes in verify.check_sizes({batch.name: batch}):
         inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
-        count = inputs[0].shape[0] if label != "example" else images["example"]
-        want = captured.batch_outputs if label == "example" else None
-        if want is None:
+        if label == "example":
+            want = captured.batch_outputs  # capture ran eager on the example already
+        else:
             with torch.no_grad():
                 want = eager_fn(inputs)
-        tiled = flags * count if info["join"]["kind"] == "concat" else None
-        error = verify.compare(
-            label, inputs, deployed_fn(inputs), want, settings.atol, deployed.target, tiled, settings.precision
-        )
+        # per-image leaves repeat once per image in a list over the images
+        tiled = flags * inputs[0].shape[0] if info["join"]["kind"] == "concat" else None
+        got = deployed.call_flat(inputs, unpack=False)
+        error = verify.compare(label, inputs, got, want, settings.atol, deployed.target, tiled, settings.precision)
         checks.append({"label": label, "shapes": [list(x.shape) for x in inputs], "max_abs_error": error})
     return checks
 
