@@ -53,10 +53,9 @@ class Captured:
     # the ExportedProgram the graph module came from: lowering exports it as is when no pass changed it
     exported_program: torch.export.ExportedProgram | None = None
     # a model that loops over the batch in Python, captured for one image (fxdeploy.capture.per_image):
-    # the batch dim and the join plan, and the user's whole example with eager's outputs on it
+    # the batch dim and the join plan, and the user's whole example
     per_image: dict[str, Any] | None = None
     batch_inputs: list[torch.Tensor] | None = None
-    batch_outputs: Any = None
 
 
 def capture(
@@ -103,7 +102,7 @@ def capture(
             if batch is None or not per_image.specialized(exc.__cause__ or exc, batch.name):
                 raise
             logger.info("the model fixes its batch %r: capturing one image", batch.name)
-            captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs, eager_outputs)
+            captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs)
             if captured is None:
                 raise  # the batch's own error says what to change
             return captured
@@ -122,7 +121,7 @@ def _try_one_image(*args: Any) -> Captured | None:
 
 def _capture_one_image(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], subs: list[substitution.Substitution],
-    settings: Settings, batch: per_image.BatchDim, batch_inputs: list[torch.Tensor], batch_outputs: Any,
+    settings: Settings, batch: per_image.BatchDim, batch_inputs: list[torch.Tensor],
 ) -> Captured:
     """Capture the first image with a static batch of 1; record how per-image results join."""
     one_args, one_kwargs = per_image.take_images((args, kwargs), 0, 1)
@@ -142,7 +141,7 @@ def _capture_one_image(
     unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
     captured = _flatten(ep, model, one, None, flat_one, in_spec, {}, mode, applied, unpacks)
     captured.per_image = dict(batch.to_dict(), opt=int(batch_inputs[0].shape[0]), join=plan)
-    captured.batch_inputs, captured.batch_outputs = list(batch_inputs), batch_outputs
+    captured.batch_inputs = list(batch_inputs)
     return captured
 
 

@@ -81,9 +81,9 @@ def test_exact_score_ties(yolo: torch.nn.Module, target: str) -> None:
 
 
 NCNN_ANCHORS = (
-    "ncnn: the Detect head makes its anchors in forward (meshgrid over the feature sizes, type_as); pnnx "
-    "leaves aten::meshgrid and Tensor.type_as, which ncnn cannot run. Needs input-free values folded "
-    "into constants before pnnx (or run on the host)"
+    "ncnn: pnnx leaves aten::meshgrid and Tensor.type_as (the Detect head's anchors, made in forward), which "
+    "ncnn cannot run; and the host split makes Ultralytics' in-place box conversion of the selected rows a "
+    "second engine stage"
 )
 
 
