@@ -17,6 +17,7 @@ Every contender's detections are matched with eager's (label and IoU >= 0.99, sc
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -53,8 +54,9 @@ def ultralytics_peers(net: torch.nn.Module, config: str, batch: int, work: Path,
     from ultralytics import YOLO
 
     yolo = YOLO(config)
-    yolo.model = net
-    os.chdir(work)
+    yolo.model = copy.deepcopy(net)  # the exporter fuses batch norms into the model it is given
+    work.mkdir(parents=True, exist_ok=True)
+    os.chdir(work)  # Ultralytics writes each export beside the model's yaml name, in the cwd
     peers: dict[str, Callable[[torch.Tensor], Rows]] = {}
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS
@@ -117,6 +119,7 @@ def main() -> None:
         for t in args.targets
     }
     results = []
+    home = Path.cwd()
     with tempfile.TemporaryDirectory() as work, pinned_threads(THREADS), torch.no_grad():
         for batch in args.batches:
             x = images(batch, 7)
@@ -133,6 +136,7 @@ def main() -> None:
                 match = compare_detections(name, as_detections(want), as_detections(fn()), score_atol=1e-3)
                 results.append({"batch": batch, "name": name, **summarize(samples[name], batch, warn=False),
                                 "parity": match.detail, "matches": match.ok})
+            os.chdir(home)
     print_table(results)
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
