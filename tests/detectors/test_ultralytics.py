@@ -96,7 +96,11 @@ def test_yolo_with_ultralytics_nms_without_substitution(yolo: torch.nn.Module, t
     require_target(target)
     from examples.ultralytics_yolo import images
 
-    deployed = fxdeploy.lower(yolo, (images(2, 0),), target=target, dynamic_shapes={"images": {0: ("batch", 1, 8)}})
+    # lower()'s own check draws random images at batch 8 and wants every detection paired by value; with
+    # 400 boxes an image, one whose IoU sits at the NMS threshold can flip between runtimes' float
+    # noise (seen on YOLOv8n). The check here pairs by label and IoU on fixed images instead.
+    deployed = fxdeploy.lower(yolo, (images(2, 0),), target=target, dynamic_shapes={"images": {0: ("batch", 1, 8)}},
+                              settings=fxdeploy.Settings(verify=False))
     assert set(deployed.manifest["info"]["substitutions"]) <= {s.name for s in builtin_substitutions()}
     deployed.save(tmp_path / "yolo")
     loaded = fxdeploy.load(tmp_path / "yolo")
