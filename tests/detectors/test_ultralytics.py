@@ -124,7 +124,8 @@ def test_eager_model_is_untouched_by_lowering(yolo: torch.nn.Module) -> None:
     x = images(2, 5)
     with torch.no_grad():
         before = yolo(x)
-    fxdeploy.lower(yolo, (x,), target="onnxruntime", dynamic_shapes={"images": {0: ("batch", 1, 8)}})
+    fxdeploy.lower(yolo, (x,), target="onnxruntime", dynamic_shapes={"images": {0: ("batch", 1, 8)}},
+                   settings=fxdeploy.Settings(verify=False))  # see test_yolo_with_ultralytics_nms_...
     head = yolo.model.model[-1]
     assert all(type(v) is torch.Tensor for v in vars(head).values() if isinstance(v, torch.Tensor))
     with torch.no_grad():
