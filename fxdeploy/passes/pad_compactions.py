@@ -16,6 +16,7 @@ sort over the filtered rows, or the filtered count itself used as a value.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -181,8 +182,6 @@ _ALONG = {aten.sort, aten.argsort, aten.cumsum, aten.cumprod, aten.flip, aten.ro
 
 
 def _is_item(node: Node) -> bool:
-    import operator
-
     return node.target is operator.getitem
 
 
