@@ -37,9 +37,11 @@ det-venv: $(DET_STAMP)
 demo: venv
 	$(PY) examples/demo.py
 
-test: test-core test-detectors
+# The two legs run side by side (each mostly one core), each leg's output kept together.
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-core test-detectors
 
-# The core suite on torch 2.13.0 (no torchvision there: the detector suites run in the next leg).
+# The core suite on torch 2.13.0 (no torchvision there: the detector suites run in the other leg).
 test-core: venv
 	$(PY) -m pytest -q -m "(not zoo or zoo_fast) and not detectors"
 

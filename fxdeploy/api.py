@@ -117,6 +117,10 @@ def _verify(
     """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.verify)."""
     leaves = deployed.manifest["output_leaves"]
     example_want = None
+    if captured.substitutions and settings.precision == "fp32":  # the references below run them too
+        example = captured.batch_inputs if captured.per_image is not None else captured.example_inputs
+        verify.against_original(deployed, model, pytree.tree_unflatten(example, captured.in_spec),
+                                captured.substitutions, settings.atol)
     if captured.per_image is not None:
         return _verify_per_image(deployed, captured, model, subs, settings, leaves)
     if captured.mode == "strict" and captured.substitutions:

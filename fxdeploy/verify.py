@@ -177,3 +177,28 @@ def run_checks(
         error = compare(label, inputs, deployed_fn(inputs), want, atol, target, detections, precision)
         results.append({"label": label, "shapes": [list(x.shape) for x in inputs], "max_abs_error": error})
     return results
+
+
+def against_original(
+    deployed: Any, model: torch.nn.Module, example: tuple[tuple[Any, ...], dict[str, Any]], substitutions: list[str],
+    atol: float,
+) -> None:
+    """The artifact against the model the user gave, run eagerly with no substitution, on the
+    example: a substitution that computes something else (keypoints gathered one anchor off)
+    fails here, whatever the substituted reference says. Compared as the user sees the outputs:
+    eager's structure, detections paired by label and IoU, every per-detection field included."""
+    from fxdeploy.capture import eval_mode
+    from fxdeploy.compare import Tolerances, compare_outputs
+
+    args, kwargs = example
+    with torch.no_grad(), eval_mode(model):
+        want = model(*args, **kwargs)
+    results = compare_outputs(want, deployed(*args, **kwargs), Tolerances(atol=atol, score_atol=atol))
+    wrong = [r for r in results if not r.ok]
+    if wrong:
+        raise LoweringError(
+            f"{deployed.target}: the artifact differs from the model itself (run eagerly, without the "
+            f"substitution(s) {', '.join(substitutions)}) on the example: "
+            + "; ".join(f"{r.name}: {r.detail}" for r in wrong[:3])
+            + ". A substitution must compute what the code it replaces computes"
+        )

@@ -102,7 +102,9 @@ def test_registry_rejects_duplicates_and_lower_uses_registered_substitutions() -
         with pytest.raises(RegistryError, match="already registered"):
             fxdeploy.substitute(lib.postprocess)(_tensor_only)
         x = torch.randn(2, 5)
-        deployed = fxdeploy.lower(CallsFunction(lib), (x,))
+        # the stand-in replacement pads where postprocess compacts: lower()'s check against the model
+        # itself would refuse it (tests/e2e/test_wrong_substitution.py), so it is off here
+        deployed = fxdeploy.lower(CallsFunction(lib), (x,), settings=Settings(verify=False))
         assert torch.allclose(deployed(x), _tensor_only(x + 1))
         assert deployed.manifest["info"]["substitutions"] == ["fake_detlib.postprocess"]
     finally:
@@ -117,7 +119,7 @@ def test_capture_failure_names_the_line_and_suggests_a_substitution() -> None:
         def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
             scores = x.sum(-1)
             keep = torch.nonzero(scores > 0).squeeze(-1)
-            if keep.numel() > 2:  # data-dependent branch: cannot be captured
+            if scores.sum() > 2:  # a branch on a value: cannot be captured
                 return [x[keep]]
             return [x]
 
@@ -125,6 +127,6 @@ def test_capture_failure_names_the_line_and_suggests_a_substitution() -> None:
         capture(Model(), (torch.randn(6, 4),), settings=settings)
     message = str(info.value)
     assert "test_substitution.py" in message and "in forward()" in message
-    assert "if keep.numel() > 2" in message
+    assert "if scores.sum() > 2" in message
     assert "@fxdeploy.substitute(" in message
     del lib

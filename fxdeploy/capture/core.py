@@ -83,6 +83,8 @@ def capture(
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*", category=FutureWarning)
         # torchvision 0.29's fake nms kernel calls a renamed torch API; nothing a user can act on
         warnings.filterwarnings("ignore", message=".*assigned during export.*", category=UserWarning)  # restored
+        # a module caching state in forward (torchvision's anchor generator); module_state restores it
+        warnings.filterwarnings("ignore", message=".*found certain side effects happened.*", category=UserWarning)
         warnings.filterwarnings("ignore", message=".*create_unbacked_symint.*is deprecated", category=FutureWarning)
         with substitution.on_instances(model, subs) as applied:
             try:
@@ -102,7 +104,8 @@ def capture(
             if batch is None or not per_image.specialized(exc.__cause__ or exc, batch.name):
                 raise
             logger.info("the model fixes its batch %r: capturing one image", batch.name)
-            captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs)
+            start = ("strict" if getattr(exc, "strict", False) else settings.capture.mode, getattr(exc, "real_values", False))
+            captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs, start)
             if captured is None:
                 raise  # the batch's own error says what to change
             return captured
@@ -121,9 +124,10 @@ def _try_one_image(*args: Any) -> Captured | None:
 
 def _capture_one_image(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], subs: list[substitution.Substitution],
-    settings: Settings, batch: per_image.BatchDim, batch_inputs: list[torch.Tensor],
+    settings: Settings, batch: per_image.BatchDim, batch_inputs: list[torch.Tensor], start: tuple[str, bool],
 ) -> Captured:
-    """Capture the first image with a static batch of 1; record how per-image results join."""
+    """Capture the first image with a static batch of 1, starting in the mode the whole batch
+    needed (``start``: capture mode, real values); record how per-image results join."""
     one_args, one_kwargs = per_image.take_images((args, kwargs), 0, 1)
     two_args, two_kwargs = per_image.take_images((args, kwargs), 0, 2)
     if batch_inputs[0].shape[0] < 2:  # one image given: the same image twice shows how results join
@@ -136,7 +140,7 @@ def _capture_one_image(
         raise CaptureError("a model that loops over the batch and returns dataclasses is not supported; return dicts")
     plan = per_image.join_plan(one, two)
     flat_one, in_spec = pytree.tree_flatten((one_args, one_kwargs))
-    ep, mode, applied = _export(model, one_args, one_kwargs, None, subs, settings.capture.mode)
+    ep, mode, applied = _export(model, one_args, one_kwargs, None, subs, *start)
     _check_structure(ep, one, None, [s for s in subs if s.name in applied])
     unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
     captured = _flatten(ep, model, one, None, flat_one, in_spec, {}, mode, applied, unpacks)
@@ -152,7 +156,11 @@ def _export(
     shapes: Any,
     subs: list[substitution.Substitution],
     mode: str,
+    real_values: bool = False,
 ) -> tuple[torch.export.ExportedProgram, str, list[str]]:
+    """Export in ``mode``; ``real_values``: let the example decide size branches from the start.
+    A CaptureError says how far it got (``strict``, ``real_values``), so that a retry on one image
+    starts there."""
     functions = [s for s in subs if not s.is_method]
     if mode in ("auto", "non_strict"):
         watch = None
@@ -160,45 +168,60 @@ def _export(
             with substitution.on_instances(model, subs) as applied, substitution.watch_calls(
                 functions
             ) as watch:
-                ep = _export_non_strict(model, args, kwargs, shapes)
+                ep = _decided_by_example(model, args, kwargs, shapes, strict=False, real_values=real_values)
             if not watch.hits:
                 return ep, "non_strict", applied
             logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
         except Exception as exc:  # noqa: BLE001 - re-raised with an explanation, or retried strict
             fixed_dim = "Constraints violated" in str(exc) and not (watch and watch.hits)  # strict fixes no dim
             if mode == "non_strict" or fixed_dim:
-                raise CaptureError(explain(exc, model, subs)) from exc
+                error = CaptureError(explain(exc, model, subs))
+                error.strict, error.real_values = False, real_values or getattr(exc, "real_values", False)
+                raise error from exc
             logger.info("non-strict capture failed (%s); trying strict mode", type(exc).__name__)
     try:
-        with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns, _quiet():
-            ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=True)
+        with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns:
+            ep = _decided_by_example(model, args, kwargs, shapes, strict=True, real_values=real_values)
     except Exception as exc:  # noqa: BLE001
-        raise CaptureError(explain(exc, model, subs)) from exc
+        error = CaptureError(explain(exc, model, subs))
+        error.strict, error.real_values = True, real_values or getattr(exc, "real_values", False)
+        raise error from exc
     return ep, "strict", applied + fns
 
 
-def _export_non_strict(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any
+def _decided_by_example(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any, strict: bool,
+    real_values: bool = False,
 ) -> torch.export.ExportedProgram:
-    """Non-strict torch.export; where Python branches on a data-dependent size (Ultralytics'
-    ``if not x.shape[0]: continue`` after a score filter), once more with the example's real
-    values deciding each such branch.
+    """torch.export; where Python branches on a data-dependent size (Ultralytics'
+    ``if not x.shape[0]: continue`` after a score filter, torchvision's ``if box_sum > 0`` over
+    the proposals an NMS kept), once more with the example's real values deciding each such branch.
 
     torch records the branch taken as a runtime assert on the size (``Ne(u0, 0)``). The masking
     passes then keep that size at its static bound, and ``lower()`` checks the artifact against the
     model run eagerly, so a branch that matters shows as a mismatch there."""
-    with module_state(model), _quiet():
-        try:
-            return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
-        except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
-            if "GuardOnDataDependentSymNode" not in f"{type(exc).__name__} {exc}":
-                raise
-            first = exc
+    first: Exception | None = None
+    if not real_values:
+        with module_state(model), _quiet():
+            try:
+                return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
+            except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
+                text = f"{type(exc).__name__} {exc}"
+                if "GuardOnDataDependentSymNode" not in text and "Could not guard on data-dependent" not in text:
+                    raise
+                first = exc
     logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
     with module_state(model), torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True), _quiet():
-        ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=False)
+        try:
+            ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
+        except Exception as second:  # noqa: BLE001
+            if "Constraints violated" in str(second) or first is None:
+                second.real_values = True  # type: ignore[attr-defined]
+                raise  # a dim the code fixes (a loop over the batch): capture can act on it
+            logger.debug("capture with the example's values failed too: %s", second)
+            raise first from None  # the data-dependent branch is what the user can act on
     if _branches_on_values(ep.graph):  # only sizes may decide: a value's branch differs per input
-        raise first
+        raise first or CaptureError("a Python branch reads a tensor's value, which the example decided")
     for node in ep.graph.nodes:  # the real values decided the branches; passes re-derive shapes only
         for value in pytree.tree_leaves(node.meta.get("val")):
             if isinstance(value, torch.Tensor) and getattr(value, "real_tensor", None) is not None:

@@ -17,11 +17,13 @@ import torch
 
 @dataclass(frozen=True)
 class Detections:
-    """One image's detections: boxes [n, 4] (x1, y1, x2, y2), scores [n], labels [n]."""
+    """One image's detections: boxes [n, 4] (x1, y1, x2, y2), scores [n], labels [n], and any
+    other per-detection fields (keypoints [n, 17, 3], masks...), compared on paired detections."""
 
     boxes: torch.Tensor
     scores: torch.Tensor
     labels: torch.Tensor
+    fields: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
@@ -36,6 +38,7 @@ class ImageMatch:
     worst_iou: float
     max_score_diff: float
     problems: tuple[str, ...] = ()
+    field_mismatches: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class DetectionComparison:
     def ok(self) -> bool:
         return not self.problem and all(
             m.unmatched_ref == 0 and m.unmatched_got == 0 and m.max_score_diff <= self.score_atol
-            for m in self.images
+            and not m.field_mismatches for m in self.images
         )
 
     @property
@@ -94,11 +97,14 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def match_image(
-    image: int, ref: Detections, got: Detections, iou: float = 0.99, score_atol: float = 1e-4
+    image: int, ref: Detections, got: Detections, iou: float = 0.99, score_atol: float = 1e-4,
+    field_tol: tuple[float, float] = (1e-4, 1e-3),
 ) -> ImageMatch:
-    """Greedy pairing per label; ties in score visit the reference in index order."""
+    """Greedy pairing per label; ties in score visit the reference in index order. Paired
+    detections' other fields must agree to ``field_tol`` (atol, rtol)."""
     matched, worst_iou, max_diff = 0, 1.0, 0.0
     problems: list[str] = []
+    pairs: list[tuple[int, int]] = []
     unmatched_got = 0
     labels = sorted(set(ref.labels.tolist()) | set(got.labels.tolist()))
     for label in labels:
@@ -119,6 +125,7 @@ def match_image(
                                 f"{[round(v, 2) for v in ref.boxes[i].tolist()]}")
                 continue
             free.remove(best)
+            pairs.append((i, g_idx[best]))
             matched += 1
             worst_iou = min(worst_iou, float(overlaps[row, best]))
             max_diff = max(max_diff, abs(float(got.scores[g_idx[best]]) - score))
@@ -130,15 +137,42 @@ def match_image(
     missing = len(ref) - matched
     if max_diff > score_atol:
         problems.append(f"image {image}: score differs by {max_diff:.3g} > {score_atol:g}")
-    return ImageMatch(image, matched, missing, unmatched_got, worst_iou, max_diff, tuple(problems))
+    field_problems = _compare_fields(image, ref, got, pairs, field_tol)
+    return ImageMatch(image, matched, missing, unmatched_got, worst_iou, max_diff,
+                      tuple(problems + field_problems), len(field_problems))
+
+
+def _compare_fields(
+    image: int, ref: Detections, got: Detections, pairs: list[tuple[int, int]], tol: tuple[float, float]
+) -> list[str]:
+    """Each per-detection field of the reference, on every paired detection."""
+    problems = []
+    if set(ref.fields) != set(got.fields):
+        problems.append(f"image {image}: per-detection fields {sorted(got.fields)}, expected {sorted(ref.fields)}")
+    for name in sorted(set(ref.fields) & set(got.fields)):
+        if not pairs:
+            continue
+        want = ref.fields[name][[i for i, _ in pairs]].double()
+        have = got.fields[name][[j for _, j in pairs]].double()
+        if want.shape != have.shape:
+            problems.append(f"image {image}: {name} of shape {tuple(have.shape[1:])}, expected {tuple(want.shape[1:])}")
+            continue
+        excess = ((want - have).abs() - tol[0] - tol[1] * want.abs()).flatten(1).amax(1)
+        bad = [pairs[k] for k in torch.nonzero(excess > 0).flatten().tolist()]
+        if bad:
+            worst = float((want - have).abs().max())
+            problems.append(f"image {image}: {name} differs on {len(bad)} paired detection(s) (max diff {worst:.3g}), "
+                            f"first at reference detection {bad[0][0]}")
+    return problems
 
 
 def compare_detections(
-    name: str, ref: Sequence[Detections], got: Sequence[Detections], iou: float = 0.99, score_atol: float = 1e-4
+    name: str, ref: Sequence[Detections], got: Sequence[Detections], iou: float = 0.99, score_atol: float = 1e-4,
+    field_tol: tuple[float, float] = (1e-4, 1e-3),
 ) -> DetectionComparison:
     if len(ref) != len(got):
         return DetectionComparison(name, [], iou, score_atol, f"{len(got)} image(s), expected {len(ref)}")
-    images = [match_image(i, r, g, iou, score_atol) for i, (r, g) in enumerate(zip(ref, got, strict=True))]
+    images = [match_image(i, r, g, iou, score_atol, field_tol) for i, (r, g) in enumerate(zip(ref, got, strict=True))]
     return DetectionComparison(name, images, iou, score_atol)
 
 

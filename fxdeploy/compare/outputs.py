@@ -44,7 +44,7 @@ def _walk(path: str, ref: Any, got: Any, tol: Tolerances, out: list[Comparison])
             out.append(DetectionComparison(name, [], tol.iou, tol.score_atol,
                                            f"expected detections, got {_describe(got)}"))
             return
-        out.append(compare_detections(name, ref_dets[0], got_dets[0], tol.iou, tol.score_atol))
+        out.append(compare_detections(name, ref_dets[0], got_dets[0], tol.iou, tol.score_atol, (tol.atol, tol.rtol)))
         if not ref_dets[1]:
             return
         if not isinstance(got, Mapping):

@@ -6,6 +6,8 @@ Two layouts are detections:
   is ignored) or a dict whose keys end in boxes/scores/labels/num_dets; rows past num_dets
   are padding and dropped here;
 - torchvision's list of per-image dicts holding "boxes" [n, 4], "scores" [n], "labels" [n].
+Other entries with one row per detection (keypoints, masks) are per-detection fields, compared
+on the paired detections.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ def as_detections(value: Any) -> tuple[list[Detections], set[str]] | None:
         boxes, scores, labels, num = (as_tensor(value[k]) for k in keys)
         used = set(keys) | {k for k in value if isinstance(k, str) and k.endswith("index")}
         dets = _padded(boxes, scores, labels, num)
-        return (dets, used) if dets is not None else None
+        if dets is None:
+            return None
+        rows = {k: t for k in value if k not in used and (t := as_tensor(value[k])) is not None
+                and t.shape[:2] == boxes.shape[:2]}  # per-detection fields, [B, K, ...]
+        dets = [Detections(d.boxes, d.scores, d.labels, {k: t[b, :len(d)] for k, t in rows.items()})
+                for b, d in enumerate(dets)]
+        return dets, used | set(rows)
     if isinstance(value, Sequence) and not isinstance(value, str) and value:
         if all(isinstance(item, Mapping) for item in value):
             dets = [_per_image_dict(item) for item in value]
@@ -91,7 +99,10 @@ def _per_image_dict(item: Mapping[Any, Any]) -> Detections | None:
         return None
     if not (boxes.shape[0] == scores.shape[0] == labels.shape[0]):
         return None
-    return Detections(boxes, scores, labels.long())
+    fields = {k: as_tensor(v) for k, v in item.items() if k not in ("boxes", "scores", "labels")}
+    if any(t is None or t.dim() == 0 or t.shape[0] != boxes.shape[0] for t in fields.values()):
+        return None  # not one row per detection: compared as plain outputs
+    return Detections(boxes, scores, labels.long(), fields)  # type: ignore[arg-type]
 
 
 def _is_int(tensor: torch.Tensor, rank: int) -> bool:

@@ -13,7 +13,6 @@ from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
 from fxdeploy.passes.strided_slices import strided_slices
-from fxdeploy.passes.substitute_nms import substitute_nms
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.unit_selects import unit_selects
@@ -22,13 +21,12 @@ from fxdeploy.passes.vacuous_masks import vacuous_masks
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
 CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 
-# tensorize_outputs runs last: earlier passes may add or replace outputs (substitute_nms does).
-# substitute_nms after cleanup (the asserts on NMS sizes are gone) and before tensorize_outputs
-# (it adds the hidden count outputs and the trim records that tensorize_outputs describes).
-# pad_compactions before substitute_nms: it gives boolean-mask selections their static size and
-# sets the padded rows' NMS scores to -inf, so the NMS it leaves has static inputs.
-# precision_policy after substitute_nms: it keeps the NMS inputs (and their box decoding) in fp32.
-ONNX: tuple[Pass, ...] = (*CLEANUP, pad_compactions, substitute_nms, precision_policy, tensorize_outputs)
+# tensorize_outputs runs last: earlier passes may add or replace outputs (pad_compactions does).
+# pad_compactions after cleanup (the asserts on data-dependent sizes are gone) and before
+# tensorize_outputs (it adds the hidden count outputs and the trim records that tensorize_outputs
+# describes). It makes every data-dependent size static, every NMS a multiclass_nms included.
+# precision_policy after pad_compactions: it keeps the NMS inputs (and their box decoding) in fp32.
+ONNX: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, tensorize_outputs)
 TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # ncnn: no precision policy (ncnn's own fp16 switches set the precision, engine-wide), then the
 # pnnx/ncnn workarounds (they change no outputs), then the host split last: it cuts the final
@@ -37,7 +35,7 @@ TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # vacuous_masks before float_attention_mask: an all-True mask goes, rather than becoming a float one.
 # max_indices right before the split: the argmax it spells out must be seen by the split (host).
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, substitute_nms, tensorize_outputs, vacuous_masks, float_attention_mask, padded_copies,
+    *CLEANUP, pad_compactions, tensorize_outputs, vacuous_masks, float_attention_mask, padded_copies,
     strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
 )
 

@@ -16,11 +16,19 @@ Runtime and OpenVINO run as one kernel where opset 20 spells it out in six to te
 transformers ran 0.3-8.5% faster on both, never slower: benchmarks/opset_bench.py)."""
 
 
+OPSET_CAPS = {"torchvision.roi_align.default": 21}
+"""Ops whose newest ONNX spelling ONNX Runtime lacks, with the highest opset to export them at:
+torch.onnx writes torchvision's roi_align as RoiAlign-22 from opset 22, which ONNX Runtime 1.2x
+does not implement; at 21 it is RoiAlign-16 (torchvision's Faster R-CNN)."""
+
+
 def lower_onnx(job: LoweringJob, *, flavour: str = "standard", opset: int = OPSET) -> Lowered:
-    """``opset`` is the target's default, used where ``Settings.onnx.opset`` is 0."""
+    """``opset`` is the target's default, used where ``Settings.onnx.opset`` is 0, capped by the
+    graph's ops (``OPSET_CAPS``)."""
     from fxdeploy.lowering.onnx import export_onnx, save_onnx
 
-    opset = job.settings.onnx.opset or opset
+    ops = {str(node.target) for node in job.graph_module.graph.nodes}
+    opset = job.settings.onnx.opset or min([opset] + [cap for op, cap in OPSET_CAPS.items() if op in ops])
     program = export_onnx(
         job.graph_module, job.example_inputs, job.input_names, job.output_names,
         job.dynamic_shapes, job.settings, opset=opset, flavour=flavour, program=job.exported_program,

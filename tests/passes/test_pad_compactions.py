@@ -10,7 +10,6 @@ from fxdeploy.capture import capture
 from fxdeploy.passes import op_histogram, run_pipeline
 from fxdeploy.passes.pad_compactions import CompactionError, pad_compactions
 from fxdeploy.passes.pipelines import CLEANUP
-from fxdeploy.passes.substitute_nms import substitute_nms
 from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES, TRIM
 from fxdeploy.settings import Settings
 
@@ -85,8 +84,7 @@ def _trimmed(gm: torch.fx.GraphModule, *args: torch.Tensor) -> torch.Tensor:
 
 def _static_pipeline(model: torch.nn.Module, rows: torch.Tensor) -> torch.fx.GraphModule:
     gm = _captured(model, rows)
-    gm = pad_compactions(gm, Settings()).graph_module
-    return substitute_nms(gm, Settings()).graph_module
+    return pad_compactions(gm, Settings()).graph_module
 
 
 def test_selections_feeding_the_nms_directly_match_eager() -> None:
@@ -112,10 +110,10 @@ def test_two_filters_become_static_and_match_eager() -> None:
     assert before["aten.index.Tensor"] == 3  # two selections and the gather by kept indices
     assert after["aten.index.Tensor"] == 1 and after["aten.index_select.default"] == 2
     assert after["aten.scatter.src"] == 2
-    nms = next(n for n in gm.graph.nodes if str(n.target) == "fxdeploy.nms.default")
-    assert str(nms.args[1].target) == "aten.where.ScalarOther"  # padded rows score -inf
-    gm = substitute_nms(gm, Settings()).graph_module
-    gm.graph.lint()
+    assert "fxdeploy.nms.default" not in after and after["fxdeploy.multiclass_nms.default"] == 1
+    nms = next(n for n in gm.graph.nodes if str(n.target) == "fxdeploy.multiclass_nms.default")
+    scores = nms.args[1].args[0].args[0]  # unsqueezed twice to [1, N, 1]
+    assert str(scores.target) == "aten.where.ScalarOther" and scores.args[2] == float("-inf")  # padding
     assert all(isinstance(s, int) for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)
                for s in n.meta["val"].shape), "a data-dependent size is left"
     for seed in range(4):  # fresh rows: another number of survivors each time

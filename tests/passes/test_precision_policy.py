@@ -8,9 +8,10 @@ import torch
 from examples import detector
 from fxdeploy.capture import capture
 from fxdeploy.passes import op_histogram, run_pipeline
+from fxdeploy.passes.pad_compactions import pad_compactions
 from fxdeploy.passes.pipelines import CLEANUP
 from fxdeploy.passes.precision_policy import PRECISION, precision_policy
-from fxdeploy.passes.substitute_nms import substitute_nms
+from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES, TRIM
 from fxdeploy.settings import Settings
 from fxdeploy.substitution import resolve
 
@@ -19,8 +20,10 @@ HALVES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 def _detector_graph() -> tuple[torch.fx.GraphModule, torch.Tensor, torch.nn.Module]:
     model, (x,) = detector.tiny_yolo()
-    captured = capture(model, (x,), substitutions=resolve(detector.FXDEPLOY_SUBSTITUTIONS))
-    gm, _ = run_pipeline(captured.graph_module, (*CLEANUP, substitute_nms), Settings())
+    captured = capture(model, (x,), substitutions=resolve(None))
+    gm = captured.graph_module
+    gm.meta[OUTPUT_NAMES] = captured.output_names
+    gm, _ = run_pipeline(gm, (*CLEANUP, pad_compactions), Settings())
     return gm, x, model
 
 
@@ -47,18 +50,21 @@ def test_convolutions_reduced_scores_and_nms_fp32(precision: str) -> None:
     after = op_histogram(gm)
     assert after.get("aten._to_copy.default", 0) > before.get("aten._to_copy.default", 0)  # boundary casts
     record = gm.meta[PRECISION]
-    assert record["policy"] == precision and record["fp32_ops"]["fxdeploy.multiclass_nms.default"] == 1
+    assert record["policy"] == precision and record["fp32_ops"]["fxdeploy.multiclass_nms.default"] == len(x)  # one per image
     assert record[f"{precision}_ops"] > len(convs)
     placeholder = next(n for n in gm.graph.nodes if n.op == "placeholder")
     assert placeholder.meta["val"].dtype == torch.float32  # callers still feed fp32
     with torch.no_grad():
-        boxes, scores, labels, counts = gm(x)
-        want = detector.tensor_only_postprocess(model, *model.decode(x))
-    assert boxes.dtype == torch.float32 and scores.dtype == torch.float32
-    # reduced precision may swap near-equal scores, or move one across the threshold: compare the
-    # clear scores as sorted sets
-    assert _clear_scores(scores, model).shape == _clear_scores(want[1], model).shape
-    assert (_clear_scores(scores, model) - _clear_scores(want[1], model)).abs().max().item() < 2e-2
+        outputs = dict(zip(gm.meta[OUTPUT_NAMES], gm(x), strict=True))
+        want = model(x)  # the model itself, per image: its own loop, filter and NMS
+    for image, result in enumerate(want):
+        scores = outputs[f"{image}.scores"]
+        assert scores.dtype == torch.float32 and outputs[f"{image}.boxes"].dtype == torch.float32
+        scores = scores[: int(outputs[gm.meta[TRIM][f"{image}.scores"]["count"]])]
+        # reduced precision may swap near-equal scores, or move one across the threshold: compare
+        # the clear scores as sorted sets
+        assert _clear_scores(scores, model).shape == _clear_scores(result["scores"], model).shape
+        assert (_clear_scores(scores, model) - _clear_scores(result["scores"], model)).abs().max().item() < 2e-2
 
 
 def _clear_scores(scores: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""substitute_nms: data-dependent NMS + consumers become one static multiclass_nms."""
+"""NMS in pad_compactions: data-dependent NMS + consumers become one static multiclass_nms."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 from fxdeploy import ops
 from fxdeploy.capture import capture
 from fxdeploy.passes import op_histogram, run_pipeline
+from fxdeploy.passes.pad_compactions import CompactionError, pad_compactions
 from fxdeploy.passes.pipelines import CLEANUP
-from fxdeploy.passes.substitute_nms import NMSRewriteError, substitute_nms
 from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
 from fxdeploy.settings import Settings
 
@@ -50,21 +50,23 @@ def test_rewrite_histogram_numerics_and_trim_records() -> None:
     boxes, logits = _inputs()
     gm = _passed(FilterThenNMS(), (boxes, logits))
     before = op_histogram(gm)
-    result = substitute_nms(gm, Settings())
+    result = pad_compactions(gm, Settings())
     gm = result.graph_module
     gm.graph.lint()
     after = op_histogram(gm)
     assert result.modified
     assert before["fxdeploy.batched_nms.default"] == 1 and "fxdeploy.multiclass_nms.default" not in before
     assert after["fxdeploy.multiclass_nms.default"] == 1
-    assert "fxdeploy.batched_nms.default" not in after and "aten.index.Tensor" not in after
-    assert gm.meta[HIDDEN] == ["nms_count_0"]
-    assert gm.meta[TRIM] == {name: {"dim": 0, "count": "nms_count_0"} for name in ("boxes_out", "scores", "labels")}
+    assert "fxdeploy.batched_nms.default" not in after
+    indices = [n.args[1][0] for n in gm.graph.nodes if str(n.target) == "aten.index.Tensor"]
+    assert all(i.meta["val"].dtype == torch.long for i in indices)  # gathers by kept index, no mask left
+    assert gm.meta[HIDDEN] == ["row_count_0"]
+    assert gm.meta[TRIM] == {name: {"dim": 0, "count": "row_count_0"} for name in ("boxes_out", "scores", "labels")}
     for seed in range(3):  # the graph is static: other data gives other counts, same shapes
         boxes, logits = _inputs(seed=seed)
         want = FilterThenNMS()(boxes, logits)
         out_boxes, out_scores, out_labels, count = gm(boxes, logits)
-        n = int(count[0])
+        n = int(count)
         assert out_boxes.shape == (10, 4) and n == len(want["scores"])
         assert torch.equal(out_boxes[:n], want["boxes"]) and torch.equal(out_labels[:n], want["labels"])
         assert torch.equal(out_scores[:n], want["scores"]) and bool((out_scores[n:] == 0).all())
@@ -72,11 +74,11 @@ def test_rewrite_histogram_numerics_and_trim_records() -> None:
 
 def test_no_nms_means_not_modified() -> None:
     gm = _passed(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
-    assert not substitute_nms(gm, Settings()).modified
+    assert not pad_compactions(gm, Settings()).modified
 
 
 def test_unsupported_consumer_names_the_call_site() -> None:
     boxes, logits = _inputs()
     gm = _passed(CountsDetections(), (boxes, logits[:, 0]))
-    with pytest.raises(NMSRewriteError, match=r"test_substitute_nms\.py.*@fxdeploy\.substitute"):
-        substitute_nms(gm, Settings())
+    with pytest.raises(CompactionError, match=r"test_substitute_nms\.py.*used as a value"):
+        pad_compactions(gm, Settings())

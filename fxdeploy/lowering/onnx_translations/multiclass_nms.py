@@ -7,8 +7,12 @@ image; K spare columns keep TopK's static K valid) and one TopK of K per row. No
 no work over the B x N x C scores besides the transpose NonMaxSuppression needs, so it costs a
 few percent of the NonMaxSuppression node itself (benchmarks/nms_bench.py).
 
-Score ties are broken by position in the TopK row, i.e. in NonMaxSuppression's output order.
-Runtimes emit (batch, class, visiting order), which is the spec's (class, then box) tie rule.
+NonMaxSuppression reads each score's rank, not the score: runtimes visit equal scores in their own
+order (ONNX Runtime's heap does not keep the box order), and the spec visits the lower box first.
+One TopK per NMS row gives the ranks (ONNX's TopK puts the lower index first among equals); the
+scores themselves are gathered back after. Merge ties are broken by position in the TopK row,
+i.e. in NonMaxSuppression's output order: runtimes emit (batch, class, visiting order), which is
+the spec's (class, then box) tie rule.
 Class-agnostic NMS visits pairs box-major, so there the list is re-sorted to class-major first;
 it holds at most B * max_output_boxes_per_class triples. Otherwise NonMaxSuppression keeps at
 most keep_top_k boxes per class (``effective_cap``), which cannot change the K output rows.
@@ -22,7 +26,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT64
 from onnxscript import opset18 as op
 
@@ -89,6 +93,21 @@ def _node_iou_threshold(iou_threshold: float) -> np.float32:
     """
     threshold = np.float32(iou_threshold)
     return np.finfo(np.float32).tiny if threshold == 0 else threshold
+
+
+def _ranks(scores: Any, score_threshold: float) -> Any:
+    """Scores [B', C', N'] as tie-free keys in the same order: N' - rank along N', where rank
+    orders by descending score and then ascending index; non-candidates (score <= threshold) -1,
+    below NonMaxSuppression's threshold of 0 whether a runtime keeps scores > or >= it (OpenVINO)."""
+    count = op.Shape(scores, start=2, end=3)
+    candidate = op.Greater(scores, const(np.float32(score_threshold), np.float32))  # NaN never is
+    clean = op.Where(candidate, scores, const(NEG_INF, np.float32))  # no NaN for TopK to place
+    _, order = op.TopK(clean, count, axis=2, largest=1, sorted=1)
+    positions = op.Expand(op.Range(const(0), op.Squeeze(count, const([0])), const(1)), op.Shape(order))
+    zeros = op.ConstantOfShape(op.Shape(order), value=numpy_helper.from_array(np.zeros(1, np.int64)))
+    rank = op.ScatterElements(zeros, order, positions, axis=2)
+    keys = op.Cast(op.Sub(count, rank), to=TensorProto.FLOAT)
+    return op.Where(candidate, keys, const(-1.0, np.float32))
 
 
 def _unsqueezed(*columns: Any) -> Any:
@@ -184,10 +203,10 @@ def multiclass_nms_standard(
     nms_boxes, nms_scores = _nms_layout(b, s, sizes, agnostic=class_agnostic, per_class=per_class, single=single)
     selected = op.NonMaxSuppression(
         nms_boxes,
-        nms_scores,
+        _ranks(nms_scores, score_threshold),
         const([effective_cap(max_output_boxes_per_class, keep_top_k, class_agnostic)]),
         const([_node_iou_threshold(iou_threshold)], np.float32),
-        const([score_threshold], np.float32),
+        const([0.0], np.float32),  # ranks of candidates are >= 1
         center_point_box=0,
     )
     image, label, local, score = _decode(
