@@ -49,7 +49,7 @@ def main() -> None:
             for batch in args.batches:
                 x = images(batch, 7)
                 want = model(x)
-                contenders = {"eager": lambda x=x: model(x)}
+                contenders = {"eager": lambda x=x, model=model: model(x)}
                 contenders.update({f"fxdeploy:{t}": (lambda d=d, x=x: d(x)) for t, d in deployed.items()})
                 samples, failures = measure_interleaved(contenders, Budget(min_time_s=2.0, min_runs=10))
                 for contender, fn in contenders.items():

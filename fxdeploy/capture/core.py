@@ -104,7 +104,8 @@ def capture(
             if batch is None or not per_image.specialized(exc.__cause__ or exc, batch.name):
                 raise
             logger.info("the model fixes its batch %r: capturing one image", batch.name)
-            start = ("strict" if getattr(exc, "strict", False) else settings.capture.mode, getattr(exc, "real_values", False))
+            mode = "strict" if getattr(exc, "strict", False) else settings.capture.mode
+            start = (mode, getattr(exc, "real_values", False))
             captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs, start)
             if captured is None:
                 raise  # the batch's own error says what to change

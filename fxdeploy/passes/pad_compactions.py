@@ -151,7 +151,7 @@ def _topk(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     if expr is None and not (isinstance(k, Node) and rows.size(k.meta.get("val")) is not None):
         return
     if expr is not None and dim % source.meta["val"].dim() != 0:
-        raise CompactionError(f"{call_site(node)}: topk along dim {dim} of selected rows; only along the rows is padded")
+        raise CompactionError(f"{call_site(node)}: topk along dim {dim} of selected rows; only along rows is padded")
     args = list(node.args) + [None] * (5 - len(node.args))
     if expr is not None:
         shape = [-1] + [1] * (source.meta["val"].dim() - 1)
@@ -177,11 +177,15 @@ def _cat(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     if dim % node.meta["val"].dim() != 0:
         if 0 in padded_dims and all(e is not None for e in exprs):
             return  # columns of the same selected rows: a row-wise op
-        raise CompactionError(f"{call_site(node)}: cat along dim {dim} of tensors with selected rows of different sizes")
+        raise CompactionError(f"{call_site(node)}: cat along dim {dim} of tensors with selected rows of other sizes")
     call = gm.graph.call_function
-    valids = [rows.valid(e) if e is not None else call(aten.ones.default, ([p.meta["val"].shape[0]],),
-                                                         {"dtype": torch.bool}) for p, e in zip(pieces, exprs)]
-    total = sum(rows.bound(e) if e is not None else p.meta["val"].shape[0] for p, e in zip(pieces, exprs))
+    def valid(piece: Node, expr: sympy.Expr | None) -> Node:
+        if expr is not None:
+            return rows.valid(expr)
+        return call(aten.ones.default, ([piece.meta["val"].shape[0]],), {"dtype": torch.bool})
+
+    valids = [valid(p, e) for p, e in zip(pieces, exprs, strict=True)]
+    total = sum(rows.bound(e) if e is not None else p.meta["val"].shape[0] for p, e in zip(pieces, exprs, strict=True))
     if not isinstance(total, int):
         raise CompactionError(f"{call_site(node)}: cat of selected rows with rows of a dynamic size")
     order, _ = rows.partition(call(aten.cat.default, (valids,)), total)
@@ -197,7 +201,7 @@ def _index_put(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     if not any(e is not None for e in exprs):
         return
     if len(indices) != 1:
-        raise CompactionError(f"{call_site(node)}: index_put with {len(indices)} index tensors; one row index is padded")
+        raise CompactionError(f"{call_site(node)}: index_put with {len(indices)} index tensors; a row index is padded")
     call = gm.graph.call_function
     shape = [rows.bound(e) if (e := rows.size(size)) is not None else size for size in dest.meta["val"].shape]
     if not all(isinstance(size, int) for size in shape):
@@ -311,14 +315,16 @@ def _check(node: Node, rows: PaddedRows) -> None:
     if along is not None and along % max(source.meta["val"].dim(), 1) in rows.dims(source):
         raise CompactionError(
             f"{call_site(node)}: {node.target} orders or accumulates along the rows selected at "
-            f"{rows.site(source)}, and the padded rows would enter it. Keep the rows apart until an NMS, or select with a fixed count (topk)"
+            f"{rows.site(source)}, and the padded rows would enter it. Keep the rows apart until an NMS, "
+            "or select with a fixed count (topk)"
         )
     value = node.meta.get("val")
     values = value if isinstance(value, (list, tuple)) else [value]
     if not any(rows.dims_of(v) for v in values if isinstance(v, torch.Tensor)):
         raise CompactionError(
             f"{call_site(node)}: {node.target} combines the rows selected at {rows.site(read[0])} (a sum, "
-            "sort or reshape across them), and the padded rows would enter it. Keep the rows apart until an NMS, or select with a fixed "
+            "sort or reshape across them), and the padded rows would enter it. Keep the rows apart until an NMS, "
+            "or select with a fixed "
             "count (topk)"
         )
 

@@ -3,8 +3,9 @@
 substitution. Their postprocessing filters each level's scores, takes ``topk(min(n, k))``,
 concatenates the levels, runs ``batched_nms`` and keeps ``[:detections_per_img]``, image by image;
 Faster R-CNN also pools each kept proposal from its pyramid level (``index_put_`` by level) and
-filters and NMSes once more; the transform resizes and scales the boxes back. Every target must match eager detection by detection, at batch 1 and
-4, after save/load too, and return torchvision's own list of dicts.
+filters and NMSes once more; the transform resizes and scales the boxes back. Every target must
+match eager detection by detection, at batch 1 and 4, after save/load too, and return
+torchvision's own list of dicts.
 """
 
 from __future__ import annotations

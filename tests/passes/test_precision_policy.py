@@ -50,7 +50,8 @@ def test_convolutions_reduced_scores_and_nms_fp32(precision: str) -> None:
     after = op_histogram(gm)
     assert after.get("aten._to_copy.default", 0) > before.get("aten._to_copy.default", 0)  # boundary casts
     record = gm.meta[PRECISION]
-    assert record["policy"] == precision and record["fp32_ops"]["fxdeploy.multiclass_nms.default"] == len(x)  # one per image
+    assert record["policy"] == precision
+    assert record["fp32_ops"]["fxdeploy.multiclass_nms.default"] == len(x)  # one per image
     assert record[f"{precision}_ops"] > len(convs)
     placeholder = next(n for n in gm.graph.nodes if n.op == "placeholder")
     assert placeholder.meta["val"].dtype == torch.float32  # callers still feed fp32
