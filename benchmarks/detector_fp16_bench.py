@@ -39,7 +39,7 @@ def main() -> None:
     torch.set_num_threads(2)
     model, (x,) = detector.tiny_yolo()
     x = x[:1]
-    deployed = fxdeploy.lower(model, (x,), substitutions=detector.FXDEPLOY_SUBSTITUTIONS)
+    deployed = fxdeploy.lower(model, (x,))
     with torch.no_grad():
         medians = interleaved({"eager": lambda: model(x), "fxdeploy-ort": lambda: deployed(x)}, 20, 10)
     ratio = medians["fxdeploy-ort"] / medians["eager"]

@@ -3,17 +3,15 @@
 ``TinyYolo.postprocess`` loops over images, filters by score with a boolean mask, runs
 ``batched_nms`` (torchvision's where installed), slices ``[:max_det]`` and returns a list of
 per-image dicts: everything torch.export cannot capture with a dynamic batch. fxdeploy deploys
-it with ONE substitution, ``tensor_only_postprocess``, built on ``fxdeploy.ops.multiclass_nms``,
-whose ``unpack`` turns the padded outputs back into the same list of dicts on the host.
+it as it is, with no substitution: capture takes one image (the loop fixes the batch), the
+padding pass makes the boolean mask, the NMS and ``[:max_det]`` static, and ``Deployed`` runs a
+batch image by image and returns the same list of dicts.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-import fxdeploy
-from fxdeploy import Substitution
 
 try:  # real detection code calls torchvision; fxdeploy's op has the same semantics
     from torchvision.ops import batched_nms
@@ -70,35 +68,6 @@ class TinyYolo(nn.Module):
 
     def forward(self, images: torch.Tensor) -> list[dict[str, torch.Tensor]]:
         return self.postprocess(*self.decode(images))
-
-
-def tensor_only_postprocess(
-    self: TinyYolo, boxes: torch.Tensor, scores: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The same detections as ``postprocess``, batched and padded to ``max_det`` per image."""
-    conf, labels = scores.max(-1)
-    best_only = torch.where(
-        nn.functional.one_hot(labels, self.num_classes).bool(), conf.unsqueeze(-1), torch.zeros_like(scores)
-    )
-    return fxdeploy.ops.multiclass_nms(
-        boxes, best_only, iou_threshold=self.iou_threshold, score_threshold=self.conf_threshold,
-        max_output_boxes_per_class=self.max_det, keep_top_k=self.max_det,
-    )
-
-
-def unpack(outputs: tuple[torch.Tensor, ...]) -> list[dict[str, torch.Tensor]]:
-    """Host side: padded [B, K] outputs back to eager's list of per-image dicts."""
-    boxes, scores, labels, counts = outputs
-    return [
-        {"boxes": boxes[i, :n], "scores": scores[i, :n], "labels": labels[i, :n]}
-        for i, n in enumerate(counts.tolist())
-    ]
-
-
-FXDEPLOY_SUBSTITUTIONS = {
-    TinyYolo.postprocess: Substitution(TinyYolo.postprocess, tensor_only_postprocess, unpack=unpack)
-}
-"""Picked up by the CLI (``fxdeploy lower examples/detector.py:tiny_yolo``)."""
 
 
 def tiny_yolo() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:

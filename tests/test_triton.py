@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fxdeploy
-from examples import detector, models
+from examples import face_detector, models
 from fxdeploy import artifact
 from fxdeploy.export.triton import TritonExportError, export_triton
 from fxdeploy.export.triton_config import DATA_TYPES, DEFAULT_MAX_BATCH
@@ -72,10 +72,11 @@ def convnet_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def detector_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model, inputs = detector.tiny_yolo()
+    """kornia's face detector, batched by its substitution: padded [B, K, 15] rows and a count."""
+    model, inputs = face_detector.kornia_yunet()
     deployed = fxdeploy.lower(
-        model, inputs, dynamic_shapes={"images": {0: "batch"}}, settings=FAST,
-        substitutions=detector.FXDEPLOY_SUBSTITUTIONS,
+        model, inputs, dynamic_shapes={"image": {0: "batch"}}, settings=FAST,
+        substitutions=face_detector.substitutions(),
     )
     return deployed.save(tmp_path_factory.mktemp("art") / "detector")
 
@@ -100,11 +101,11 @@ def test_detector_nms_outputs_are_all_listed_with_fixed_k(detector_artifact: Pat
     model_dir = export_triton(detector_artifact, tmp_path / "repo", model_name="yolo", max_batch_size=8)
     config = assert_matches(model_dir, detector_artifact, batched=True)
     assert config.max_batch_size == 8
-    # boxes [B, K, 4], scores [B, K], labels [B, K] and the per-image count [B] (a real engine output)
-    assert [list(o.dims) for o in config.output] == [[50, 4], [50], [50], [1]]
-    assert [o.HasField("reshape") for o in config.output] == [False, False, False, True]
+    # the padded rows [B, K, 15] and the per-image count [B] (a real engine output)
+    assert [list(o.dims) for o in config.output] == [[100, 15], [1]]
+    assert [o.HasField("reshape") for o in config.output] == [False, True]
     text = (model_dir / "config.pbtxt").read_text()
-    assert "examples.detector.TinyYolo.postprocess" in text and "num_dets" in text
+    assert "FaceDetector.postprocess" in text
     _, manifest = artifact.read_manifest(detector_artifact)
     assert artifact.sha256(model_dir / "1" / "model.onnx") == manifest["files"]["model.onnx"]
 

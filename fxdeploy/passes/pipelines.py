@@ -6,8 +6,8 @@ from fxdeploy.passes.base import Pass
 from fxdeploy.passes.float_attention_mask import float_attention_mask
 from fxdeploy.passes.host_postprocess_split import host_postprocess_split
 from fxdeploy.passes.max_indices import max_indices
-from fxdeploy.passes.pad_compactions import pad_compactions
 from fxdeploy.passes.padded_copies import padded_copies
+from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout

@@ -73,9 +73,11 @@ def test_reduced_precision_classifier(precision: str, target: str, tmp_path: Pat
 def test_reduced_precision_detector(precision: str, target: str) -> None:
     _available(target, precision)
     model, (x,) = detector.tiny_yolo()
-    deployed = fxdeploy.lower(model, (x,), target=target, settings=SETTINGS[precision],
-                              substitutions=detector.FXDEPLOY_SUBSTITUTIONS)
-    assert deployed.manifest["info"]["precision"]["fp32_ops"]["fxdeploy.multiclass_nms.default"] == 1
+    deployed = fxdeploy.lower(model, (x,), target=target, settings=SETTINGS[precision])
+    precision_info = deployed.manifest["info"]["precision"]
+    assert precision_info[f"{precision}_ops"] > 0
+    # a static batch: the per-image loop unrolls, one NMS per image, each kept in fp32
+    assert precision_info["fp32_ops"]["fxdeploy.multiclass_nms.default"] == len(x)
     with torch.no_grad():
         want = model(x)
     got = deployed(x)

@@ -8,7 +8,7 @@ import torch
 from examples import detector
 from fxdeploy.capture import capture
 from fxdeploy.passes import op_histogram, run_pipeline
-from fxdeploy.passes.pad_compactions import pad_compactions
+from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.pipelines import CLEANUP
 from fxdeploy.passes.precision_policy import PRECISION, precision_policy
 from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES, TRIM

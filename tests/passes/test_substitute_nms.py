@@ -8,7 +8,7 @@ import torch
 from fxdeploy import ops
 from fxdeploy.capture import capture
 from fxdeploy.passes import op_histogram, run_pipeline
-from fxdeploy.passes.pad_compactions import CompactionError, pad_compactions
+from fxdeploy.passes.padding import CompactionError, pad_compactions
 from fxdeploy.passes.pipelines import CLEANUP
 from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
 from fxdeploy.settings import Settings

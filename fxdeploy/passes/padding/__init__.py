@@ -1,0 +1,68 @@
+"""Mask, don't compact: a data-dependent selection keeps its static size, valid rows first.
+
+Detection postprocessing filters rows by score, takes the top k of the survivors, concatenates
+the levels of a feature pyramid, runs an NMS and keeps its first k results. Each step has a size
+that depends on the data, which static engines cannot hold. ``pad_compactions`` gives every such
+size a static bound (the rows it was selected from) and a count, and keeps the valid rows first.
+One rule per construct, each a ``check`` and a ``replace`` in its own file:
+
+- ``selections``: ``x[mask]``, ``nonzero``, ``where(cond)``, ``masked_select``;
+- ``topk``: ``topk(x, min(n, k))`` over selected rows;
+- ``cat``: the levels of a pyramid, each selected;
+- ``index_put``: writes by selected indices;
+- ``nms``: ``nms``/``batched_nms`` (and ``keep[:k]``) as a static ``multiclass_nms``;
+- ``row_wise``: everything else that reads selected rows, or uses their count as a shape;
+- ``outputs``: selected rows returned, with their count as a hidden output for the host to trim.
+
+The graph is visited once, in order, so a rule sees its inputs already padded. Where the padded
+form cannot equal eager the pass refuses, naming the call site (``CompactionError``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fxdeploy.passes.base import PassResult
+from fxdeploy.passes.graph_utils import call_site, refresh_meta, unbacked_symbols
+from fxdeploy.passes.padding.cat import CAT
+from fxdeploy.passes.padding.index_put import INDEX_PUT
+from fxdeploy.passes.padding.nms import NMS
+from fxdeploy.passes.padding.outputs import TRIM_OUTPUTS
+from fxdeploy.passes.padding.row_wise import ROW_WISE
+from fxdeploy.passes.padding.rows import PaddedRows, UnsupportedSize
+from fxdeploy.passes.padding.rule import CompactionError, Rule
+from fxdeploy.passes.padding.selections import BOOL_INDEX, MASKED_SELECT, NONZERO, WHERE
+from fxdeploy.passes.padding.topk import TOPK
+from fxdeploy.settings import Settings
+
+__all__ = ["RULES", "CompactionError", "Rule", "pad_compactions"]
+
+# The first rule that matches a node rewrites it. ROW_WISE comes last: it takes every op that
+# reads selected rows and that no construct rule took.
+RULES: tuple[Rule, ...] = (
+    BOOL_INDEX, NONZERO, WHERE, MASKED_SELECT, TOPK, CAT, INDEX_PUT, NMS, TRIM_OUTPUTS, ROW_WISE,
+)
+
+
+def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
+    rows = PaddedRows(gm.graph)
+    for node in list(gm.graph.nodes):
+        rule = next((r for r in RULES if r.check(node, rows) is None), None)
+        if rule is None:
+            continue
+        with gm.graph.inserting_before(node):
+            try:
+                rule.replace(gm, node, rows)
+            except UnsupportedSize as exc:
+                raise CompactionError(f"{call_site(node)}: {exc}; only sums, products, min and max are padded") from exc
+    if not rows.bounds:
+        return PassResult(gm, False)
+    gm.graph.eliminate_dead_code()
+    refresh_meta(gm)
+    for node in gm.graph.nodes:
+        if unbacked_symbols(node.meta.get("val")):
+            raise CompactionError(
+                f"{call_site(node)}: {node.target} still has a data-dependent size {tuple(node.meta['val'].shape)} "
+                "after padding; compute it from a selection, topk, cat or NMS of static rows"
+            )
+    return PassResult(gm, True)

@@ -1,0 +1,52 @@
+"""Padded rows returned as outputs: each distinct count becomes a hidden output that the host
+trims by (a ``TRIM`` record), and the padding is zeroed, for whoever reads the raw outputs (a
+Triton client)."""
+
+from __future__ import annotations
+
+import torch
+
+from fxdeploy.passes.padding.rows import PaddedRows
+from fxdeploy.passes.padding.rule import Rule
+from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
+
+aten = torch.ops.aten
+Node = torch.fx.Node
+
+
+def _check(node: Node, rows: PaddedRows) -> str | None:
+    if node.op != "output":
+        return "not the graph's output"
+    return None if any(rows.rows(leaf) is not None for leaf in node.args[0]) else "returns no selected rows"
+
+
+def _replace(gm: torch.fx.GraphModule, output: Node, rows: PaddedRows) -> None:
+    leaves = list(output.args[0])
+    names = list(gm.meta.get(OUTPUT_NAMES) or [f"output_{i}" for i in range(len(leaves))])
+    trim, counts = dict(gm.meta.get(TRIM, {})), {}
+    call = gm.graph.call_function
+    for number, (name, leaf) in enumerate(zip(names, leaves, strict=True)):
+        expr = rows.rows(leaf)
+        if expr is None:
+            continue
+        if expr not in counts:
+            count = rows.count(expr)
+            if isinstance(count, int):
+                count = call(aten.scalar_tensor.default, (count,), {"dtype": torch.long})
+            counts[expr] = (_unique(f"row_count_{len(counts)}", names), count)
+        shape = [-1] + [1] * (leaf.meta["val"].dim() - 1)
+        leaves[number] = call(aten.where.ScalarOther, (call(aten.view.default, (rows.valid(expr), shape)), leaf, 0))
+        trim[name] = {"dim": 0, "count": counts[expr][0]}
+    output.args = (tuple(leaves) + tuple(node for _, node in counts.values()),)
+    gm.meta[OUTPUT_NAMES] = names + [name for name, _ in counts.values()]
+    gm.meta[HIDDEN] = list(gm.meta.get(HIDDEN, [])) + [name for name, _ in counts.values()]
+    gm.meta[TRIM] = trim
+
+
+def _unique(name: str, taken: list[str]) -> str:
+    while name in taken:
+        name += "_"
+    return name
+
+
+TRIM_OUTPUTS = Rule("trim_outputs", _check, _replace)

@@ -1,0 +1,95 @@
+"""Every other op that reads padded rows or their count: row-wise work on padded rows (arithmetic,
+column slices, gathers by kept indices) changes nothing on the valid ones, and a count used as a
+shape (``reshape(x, [n, 4])``, ``arange(n)``) becomes its bound. What the padding would change is
+refused with the call site: a reduction or sort over the selected rows, or their count as a value.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from fxdeploy.passes.graph_utils import call_site, is_op
+from fxdeploy.passes.padding.rows import PaddedRows
+from fxdeploy.passes.padding.rule import CompactionError, Rule
+
+aten = torch.ops.aten
+Node = torch.fx.Node
+# Ops whose SymInt arguments are shapes: a padded size there becomes its bound.
+SHAPES = {aten.view, aten.reshape, aten._unsafe_view, aten.expand, aten.zeros, aten.ones, aten.full, aten.empty,
+          aten.new_zeros, aten.new_ones, aten.new_full, aten.new_empty, aten.arange, aten.slice, aten.narrow}
+# Ops that order or accumulate along a dim while keeping its length.
+ALONG = {aten.sort, aten.argsort, aten.cumsum, aten.cumprod, aten.flip, aten.roll, aten._softmax, aten._log_softmax,
+         aten.softmax, aten.log_softmax}
+
+
+def _check(node: Node, rows: PaddedRows) -> str | None:
+    if node.op != "call_function" or isinstance(node.meta.get("val"), torch.SymInt):
+        return "not an op on tensors"
+    if not any(rows.dims(a) or rows.size(a.meta.get("val")) is not None for a in node.all_input_nodes):
+        return "reads no selected rows and no count of them"
+    return None
+
+
+def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
+    if not str(node.target).startswith("aten._assert"):
+        node.args, node.kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: _bound(node, a, rows))
+    _refuse_mixing(node, rows)
+
+
+def _bound(node: Node, arg: Node, rows: PaddedRows) -> object:
+    """A padded size used as a shape becomes its bound; used as a value, it is refused."""
+    expr = rows.size(arg.meta.get("val"))
+    if expr is None:
+        return arg
+    if is_op(node, "aten.split_with_sizes.default") and len(node.args[1]) == 1:
+        return rows.bound(expr)  # one piece: all the rows (torchvision's per-image split)
+    if getattr(node.target, "overloadpacket", None) not in SHAPES:
+        raise CompactionError(
+            f"{call_site(node)}: the number of rows selected at {rows.site_of(expr)} is used as a value by "
+            f"{node.target}; a static engine holds the rows at their bound, so the count is not known when the "
+            "graph is built. Use the rows themselves (a mask, or padding) rather than their count"
+        )
+    return rows.bound(expr)
+
+
+def _refuse_mixing(node: Node, rows: PaddedRows) -> None:
+    """An op reading padded rows must keep them apart: a row-wise op, or a gather of some rows."""
+    read = [a for a in node.all_input_nodes if rows.dims(a)]
+    if not read or node.target is operator.getitem or _gathers_rows(node, rows):
+        return
+    source = node.args[0]
+    along = _along(node)
+    if along is not None and along % max(source.meta["val"].dim(), 1) in rows.dims(source):
+        raise CompactionError(
+            f"{call_site(node)}: {node.target} orders or accumulates along the rows selected at "
+            f"{rows.site(source)}, and the padded rows would enter it. Keep the rows apart until an NMS, "
+            "or select with a fixed count (topk)"
+        )
+    value = node.meta.get("val")
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not any(rows.dims_of(v) for v in values if isinstance(v, torch.Tensor)):
+        raise CompactionError(
+            f"{call_site(node)}: {node.target} combines the rows selected at {rows.site(read[0])} (a sum, "
+            "sort or reshape across them), and the padded rows would enter it. Keep the rows apart until an NMS, "
+            "or select with a fixed count (topk)"
+        )
+
+
+def _gathers_rows(node: Node, rows: PaddedRows) -> bool:
+    """``rows[index]`` by an index of a size of its own (an NMS's kept indices)."""
+    if not is_op(node, "aten.index.Tensor", "aten.index_select.default"):
+        return False
+    index = node.args[1][0] if is_op(node, "aten.index.Tensor") else node.args[2]
+    return isinstance(index, Node) and not rows.dims(index)
+
+
+def _along(node: Node) -> int | None:
+    if getattr(node.target, "overloadpacket", None) not in ALONG:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
+    return dim if isinstance(dim, int) else None
+
+
+ROW_WISE = Rule("row_wise", _check, _replace)
