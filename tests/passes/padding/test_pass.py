@@ -1,4 +1,4 @@
-"""pad_compactions: boolean-mask selections keep their static size, valid rows first."""
+"""pad_compactions as a whole: the rules together on postprocesses, and its refusals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NMS in pad_compactions: data-dependent NMS + consumers become one static multiclass_nms."""
+"""nms: data-dependent NMS + consumers become one static multiclass_nms."""
 
 from __future__ import annotations
 
@@ -80,5 +80,5 @@ def test_no_nms_means_not_modified() -> None:
 def test_unsupported_consumer_names_the_call_site() -> None:
     boxes, logits = _inputs()
     gm = _passed(CountsDetections(), (boxes, logits[:, 0]))
-    with pytest.raises(CompactionError, match=r"test_substitute_nms\.py.*used as a value"):
+    with pytest.raises(CompactionError, match=r"test_nms\.py.*used as a value"):
         pad_compactions(gm, Settings())

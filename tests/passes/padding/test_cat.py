@@ -1,0 +1,56 @@
+"""cat: selected pieces concatenated along rows are partitioned again, valid rows first."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.passes.padding.helpers import assert_matches_eager, padded, rand
+
+
+class Levels(torch.nn.Module):
+    """Two pyramid levels, each filtered, then one level of static rows: cat along rows."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return torch.cat([a[a[:, 0] > 0.5], b[b[:, 0] > 0.6], c], 0)
+
+
+class Columns(torch.nn.Module):
+    """Columns of the same selected rows: row-wise, no partition needed."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        return torch.cat([kept[:, :2] * 2, kept[:, 2:]], 1)
+
+
+class Mixed(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.cat([a[a[:, 0] > 0.5], b[b[:, 0] > 0.5]], 1)
+
+
+def test_levels_are_partitioned_again() -> None:
+    model = Levels()
+    args = (rand(30, 3), rand(20, 3, seed=9), rand(4, 3, seed=8))
+    gm, before, after = padded(model, *args)
+    assert before["aten.cat.default"] == 1
+    assert after["aten.cumsum.default"] == after["aten.scatter.src"] == 3  # two selections, one repartition
+    assert after["aten.cat.default"] == 2  # the rows, and their valid masks
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(30, 3, seed=seed), rand(20, 3, seed=seed + 10),
+                                                            rand(4, 3, seed=seed + 20)))
+    assert len(set(counts)) > 1
+
+
+def test_columns_of_the_same_rows_stay_a_cat() -> None:
+    model = Columns()
+    gm, _, after = padded(model, rand(30, 4))
+    assert after["aten.cat.default"] == 1 and after["aten.cumsum.default"] == 1
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(30, 4, seed=seed),)))) > 1
+
+
+def test_rows_of_two_selections_of_one_count_side_by_side() -> None:
+    """torch.export proves the two counts equal (eager would fail otherwise): both pieces hold
+    their valid rows first, so the rows line up and the cat is row-wise."""
+    model, a = Mixed(), rand(30, 2)
+    gm, _, after = padded(model, a, a.flip(0))
+    assert after["aten.cat.default"] == 1
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(30, 2, seed=seed), rand(30, 2, seed=seed).flip(0)))
+    assert len(set(counts)) > 1

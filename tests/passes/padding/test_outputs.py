@@ -1,0 +1,45 @@
+"""outputs: selected rows returned get their count as a hidden output, and zeroed padding."""
+
+from __future__ import annotations
+
+import torch
+
+from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
+from tests.passes.padding.helpers import assert_matches_eager, padded, rand
+
+
+class PerImage(torch.nn.Module):
+    """A per-image loop (the batch is static in the graph: capture takes it image by image)."""
+
+    def forward(self, x: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        results = []
+        for image in x:
+            keep = image[:, 0] > 0.5
+            results.append({"rows": image[keep], "first": image[keep][:, 0]})
+        return results
+
+
+def test_one_count_per_selection_hidden_and_trimmed() -> None:
+    model = PerImage()
+    gm, _, _ = padded(model, rand(2, 30, 3))
+    names = gm.meta[OUTPUT_NAMES]
+    assert gm.meta[HIDDEN] == ["row_count_0", "row_count_1"] and names[-2:] == gm.meta[HIDDEN]
+    # both outputs of one image share its count
+    assert {n: r["count"] for n, r in gm.meta[TRIM].items()} == {
+        names[0]: "row_count_0", names[1]: "row_count_0", names[2]: "row_count_1", names[3]: "row_count_1",
+    }
+    raw = dict(zip(names, gm(rand(2, 30, 3, seed=4)), strict=True))
+    count = int(raw["row_count_0"])
+    assert 0 < count < 30 and bool((raw[names[0]][count:] == 0).all())  # the padding is zeroed
+
+    counts = assert_matches_eager(_Flat(model), gm, lambda seed: (rand(2, 30, 3, seed=seed),))
+    assert len(set(counts)) > 1
+
+
+class _Flat(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [t for image in self.model(x) for t in image.values()]

@@ -1,0 +1,40 @@
+"""row_wise: ops on selected rows keep them apart; their count as a shape becomes the bound."""
+
+from __future__ import annotations
+
+import torch
+
+from fxdeploy.passes.padding.row_wise import ROW_WISE
+from fxdeploy.passes.padding.rows import PaddedRows
+from tests.passes.padding.helpers import assert_matches_eager, captured, padded, rand
+
+
+class CountAsShape(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = x[x[:, 0] > 0.5]
+        n = kept.shape[0]
+        return kept.reshape(n, 2, 2).sigmoid(), torch.arange(n) * 3
+
+
+def test_counts_used_as_shapes_become_bounds() -> None:
+    model = CountAsShape()
+    gm, _, after = padded(model, rand(40, 4))
+    arange = next(n for n in gm.graph.nodes if str(n.target) == "aten.arange.default" and n.args[0] == 40
+                  and any(str(u.target) == "aten.mul.Tensor" for u in n.users))
+    assert arange is not None
+    views = [n for n in gm.graph.nodes if str(n.target) in ("aten.view.default", "aten.reshape.default")
+             and n.args[1] == [40, 2, 2]]
+    assert views, "the reshape by the count takes the bound"
+    assert after["aten.sigmoid.default"] == 1  # row-wise: left alone
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(40, 4, seed=seed),))
+    assert len(set(counts)) > 1
+
+
+def test_check_says_why_it_does_not_match() -> None:
+    class Plain(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.sigmoid()
+
+    gm = captured(Plain(), rand(4))
+    node = next(n for n in gm.graph.nodes if str(n.target) == "aten.sigmoid.default")
+    assert ROW_WISE.check(node, PaddedRows(gm.graph)) == "reads no selected rows and no count of them"

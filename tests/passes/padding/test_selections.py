@@ -1,0 +1,115 @@
+"""selections: x[mask], nonzero, where(cond) and masked_select become stable partitions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fxdeploy.passes.padding.rows import PaddedRows
+from fxdeploy.passes.padding.selections import BOOL_INDEX, NONZERO, WHERE
+from tests.passes.padding.helpers import assert_matches_eager, captured, padded, rand
+
+
+class BoolIndex(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x[:, 0] > 0.5] * 2
+
+
+class Nonzero(torch.nn.Module):
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(s > 0.5)
+
+
+class WhereCond(torch.nn.Module):
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        return torch.where(s > 0.5)[0] + 1
+
+
+class MaskedSelect(torch.nn.Module):
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        return torch.masked_select(s, s > 0.7)
+
+
+class FilterTwice(torch.nn.Module):
+    """A filter of filtered rows: the first filter's padding must stay out of the second."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[x[:, 0] > 0.3]
+        return x[x[:, 1] < 0.6]
+
+
+def _partitioned(after: dict[str, int], count: int) -> None:
+    """Each selection became one cumsum/scatter partition, no data-dependent op left."""
+    assert after["aten.cumsum.default"] == after["aten.scatter.src"] == count
+    assert not {"aten.nonzero.default", "aten.masked_select.default", "aten.where.default"} & after.keys()
+
+
+def test_bool_index() -> None:
+    model = BoolIndex()
+    gm, before, after = padded(model, rand(40, 3))
+    assert before["aten.index.Tensor"] == 1
+    assert "aten.index.Tensor" not in after and after["aten.index_select.default"] == 1
+    _partitioned(after, 1)
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(40, 3, seed=seed),))
+    assert len(set(counts)) > 1
+
+
+def test_nonzero() -> None:
+    model = Nonzero()
+    gm, before, after = padded(model, rand(50))
+    assert before["aten.nonzero.default"] == 1
+    _partitioned(after, 1)
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(50, seed=seed),)))) > 1
+
+
+def test_where_cond() -> None:
+    model = WhereCond()
+    gm, before, after = padded(model, rand(50))
+    assert before.keys() & {"aten.nonzero.default", "aten.where.default"}
+    _partitioned(after, 1)
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(50, seed=seed),)))) > 1
+
+
+def test_masked_select() -> None:
+    model = MaskedSelect()
+    gm, before, after = padded(model, rand(6, 7))
+    assert before.keys() & {"aten.masked_select.default", "aten.index.Tensor"}
+    _partitioned(after, 1)
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(6, 7, seed=seed),)))) > 1
+
+
+def test_a_filter_of_filtered_rows_keeps_the_padding_out() -> None:
+    model = FilterTwice()
+    gm, _, after = padded(model, rand(60, 2))
+    _partitioned(after, 2)
+    assert after["aten.logical_and.default"] == 1  # the second mask is and-ed with the first's valid rows
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(60, 2, seed=seed),)))) > 1
+
+
+def test_no_row_selected() -> None:
+    model = BoolIndex()
+    gm, _, _ = padded(model, rand(40, 3))
+    x = rand(40, 3) * 0.4  # every score under 0.5
+    assert assert_matches_eager(model, gm, lambda seed: (x,), seeds=1) == [0]
+
+
+@pytest.mark.parametrize(
+    ("model", "rule", "says"),
+    [(Nonzero(), BOOL_INDEX, "not aten.index"), (BoolIndex(), NONZERO, "not aten.nonzero"),
+     (Nonzero(), WHERE, "not aten.where(cond)")],
+)
+def test_checks_say_why_they_do_not_match(model: torch.nn.Module, rule, says: str) -> None:
+    gm = captured(model, rand(40, 3) if isinstance(model, BoolIndex) else rand(40))
+    rows = PaddedRows(gm.graph)
+    reasons = {rule.check(n, rows) for n in gm.graph.nodes}
+    assert says in reasons and None not in reasons
+
+
+def test_integer_indexing_is_not_a_selection() -> None:
+    class Gather(torch.nn.Module):
+        def forward(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+            return x[i]
+
+    gm = captured(Gather(), rand(10, 2), torch.tensor([1, 3]))
+    index = next(n for n in gm.graph.nodes if str(n.target) == "aten.index.Tensor")
+    assert BOOL_INDEX.check(index, PaddedRows(gm.graph)) == "indexed by integers, not by one boolean mask"

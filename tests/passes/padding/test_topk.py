@@ -1,0 +1,55 @@
+"""topk: topk(x, min(n, k)) over selected rows takes a static k from rows padded at -inf/+inf."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fxdeploy.passes.padding.rows import PaddedRows
+from fxdeploy.passes.padding.topk import TOPK
+from tests.passes.padding.helpers import assert_matches_eager, captured, padded, rand
+
+
+class TopOfSelected(torch.nn.Module):
+    """torchvision's RetinaNet per level: keep scores over a threshold, then the top min(n, k)."""
+
+    def __init__(self, largest: bool = True) -> None:
+        super().__init__()
+        self.largest = largest
+
+    def forward(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = s[s > 0.4]
+        values, index = kept.topk(min(kept.shape[0], 12), largest=self.largest)
+        return values, index
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_of_selected_rows(largest: bool) -> None:
+    model = TopOfSelected(largest)
+    gm, before, after = padded(model, rand(40))
+    assert before["aten.topk.default"] == after["aten.topk.default"] == 1
+    topk = next(n for n in gm.graph.nodes if str(n.target) == "aten.topk.default")
+    assert topk.args[1] == 12 and topk.args[4] is True  # a static k, sorted: the valid results first
+    padding = topk.args[0]
+    assert str(padding.target) == "aten.where.ScalarOther"
+    assert padding.args[2] == (float("-inf") if largest else float("inf"))
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(40, seed=seed),))
+    assert 12 in counts
+
+
+def test_fewer_survivors_than_k() -> None:
+    """min(n, k) = n: every valid row, none of the padding."""
+    model = TopOfSelected()
+    gm, _, _ = padded(model, rand(40))
+    x = rand(40) * 0.45  # a few above 0.4
+    assert 0 < assert_matches_eager(model, gm, lambda seed: (x,), seeds=1)[0] < 12
+
+
+def test_a_static_topk_does_not_match() -> None:
+    class Static(torch.nn.Module):
+        def forward(self, s: torch.Tensor) -> torch.Tensor:
+            return s.topk(3).values
+
+    gm = captured(Static(), rand(10))
+    node = next(n for n in gm.graph.nodes if str(n.target) == "aten.topk.default")
+    assert TOPK.check(node, PaddedRows(gm.graph)) == "neither its rows nor its k come from a selection"
