@@ -27,7 +27,7 @@ from fxdeploy.dims import finite_or
 from fxdeploy.errors import LoweringError
 from fxdeploy.jit_warnings import quiet_jit
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
-from fxdeploy.passes.host_postprocess_split import Source, Stage, split_parts
+from fxdeploy.partition import Source, Stage, split_parts
 
 logger = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fxdeploy.partition import host_postprocess_split
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.float_attention_mask import float_attention_mask
-from fxdeploy.passes.host_postprocess_split import host_postprocess_split
 from fxdeploy.passes.max_indices import max_indices
 from fxdeploy.passes.padded_copies import padded_copies
 from fxdeploy.passes.padding import pad_compactions

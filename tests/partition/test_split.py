@@ -8,8 +8,8 @@ import operator
 import torch
 
 import fxdeploy.ops  # noqa: F401  (defines torch.ops.fxdeploy.*)
+from fxdeploy.partition import SplitParts, host_postprocess_split, split_parts
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.host_postprocess_split import SplitParts, host_postprocess_split, split_parts
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
 
