@@ -20,6 +20,7 @@ _GRAPH_MODULE_ANNOTATIONS = r"The TorchScript type system doesn't support instan
 def quiet_jit() -> Iterator[None]:
     """Only those two warnings are silenced; every other warning still shows."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_DEPRECATED, category=DeprecationWarning)
+        # torch 2.13 warns with DeprecationWarning, 2.14 with FutureWarning
+        warnings.filterwarnings("ignore", message=_DEPRECATED, category=Warning)
         warnings.filterwarnings("ignore", message=_GRAPH_MODULE_ANNOTATIONS, category=UserWarning)
         yield

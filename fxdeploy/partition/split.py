@@ -55,6 +55,7 @@ ahead of the NMS (the k-th best score per level, and the scores below it zeroed)
 _VIEWS = frozenset({
     _aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view, _aten.slice,
     _aten.select, _aten.flatten, _aten.expand, _aten.repeat, _aten.view_as, _aten.cat, _aten.stack, operator.getitem,
+    _aten.split, _aten.split_with_sizes, _aten.unbind, _aten.chunk,
 })
 """Moved with those ops when between them and a host node, never on their own (``getitem`` picks
 one output of a multi-output op, topk's values; ``cat`` and ``stack`` join per-level selections or
@@ -63,6 +64,9 @@ _MOVABLE = _HOST_ONLY | _VIEWS
 _REDUCE = frozenset({_aten.max, _aten.min, _aten.amax, _aten.amin, _aten.sum})
 """Reductions that stay on the host where they read host values only (batched_nms's class offset:
 the largest coordinate of the candidate boxes)."""
+_WRITES = frozenset({_aten.empty_like, _aten.copy_, _aten.copy})
+"""A buffer made to be written into and the writes into it (Ultralytics' in-place xywh2xyxy of
+the selected rows): on host values they run on the host; a write has no users of its own."""
 _FROM_SIZES = frozenset({
     _aten.arange, _aten.ones, _aten.zeros, _aten.full, _aten.linspace, _aten.eye, _aten.new_ones,
     _aten.new_zeros, _aten.new_full,
@@ -242,9 +246,13 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
     while changed:
         changed = False
         for node in reversed(gm.graph.nodes):
-            if node not in after or node in host or not node.users or not all(u in host for u in node.users):
+            writes = _packet(node) in _WRITES
+            if node not in after or node in host or not (node.users or writes):
                 continue
-            if _packet(node) in _MOVABLE or (node in engine_free and (_pointwise(node) or _packet(node) in _REDUCE)):
+            if not all(u in host for u in node.users):
+                continue
+            if _packet(node) in _MOVABLE or (node in engine_free and (
+                    _pointwise(node) or _packet(node) in _REDUCE or writes)):
                 host.add(node)
                 changed = True
     return host

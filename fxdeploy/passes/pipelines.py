@@ -5,6 +5,7 @@ from __future__ import annotations
 from fxdeploy.partition import host_postprocess_split
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.float_attention_mask import float_attention_mask
+from fxdeploy.passes.fold_constants import fold_constants
 from fxdeploy.passes.max_indices import max_indices
 from fxdeploy.passes.padded_copies import padded_copies
 from fxdeploy.passes.padding import pad_compactions
@@ -34,8 +35,10 @@ TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # per-layer position embedding's select becomes a squeeze first, leaving the [1, N, C] operand.
 # vacuous_masks before float_attention_mask: an all-True mask goes, rather than becoming a float one.
 # max_indices right before the split: the argmax it spells out must be seen by the split (host).
+# fold_constants after pad_compactions (which adds aranges of static bounds) and before the
+# respellings: the anchor grids it folds are then no ops for them to see.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, tensorize_outputs, vacuous_masks, float_attention_mask, padded_copies,
+    *CLEANUP, pad_compactions, tensorize_outputs, fold_constants, vacuous_masks, float_attention_mask, padded_copies,
     strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
 )
 

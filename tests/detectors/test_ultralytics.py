@@ -80,18 +80,7 @@ def test_exact_score_ties(yolo: torch.nn.Module, target: str) -> None:
         pytest.xfail(ORT_TIES)  # YOLO11n's hundreds of saturated ties; YOLOv8n's few match
 
 
-NCNN_ANCHORS = (
-    "ncnn: pnnx leaves aten::meshgrid and Tensor.type_as (the Detect head's anchors, made in forward), which "
-    "ncnn cannot run; and the host split makes Ultralytics' in-place box conversion of the selected rows a "
-    "second engine stage"
-)
-
-
-@pytest.mark.parametrize(
-    "target",
-    [pytest.param(t, marks=[pytest.mark.xfail(reason=NCNN_ANCHORS, strict=True)] if t == "ncnn" else [])
-     for t in TARGETS],
-)
+@pytest.mark.parametrize("target", TARGETS)
 def test_yolo_with_ultralytics_nms_without_substitution(yolo: torch.nn.Module, target: str, tmp_path: Path) -> None:
     require_target(target)
     from examples.ultralytics_yolo import images

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -249,9 +249,20 @@ at IoU >= t: one box's other classes (IoU 1 with itself) are dropped. A document
 openvino flavour (lowering/onnx_translations/multiclass_nms.py); ONNX Runtime runs this config."""
 
 
+NAN_BESIDE_THE_BEST = (
+    "agnostic",
+    torch.tensor([[[12.8, 15.2, 8.2, 15.9], [2.3, 15.2, 8.5, 19.7], [5.0, 6.8, 8.0, 13.2], [13.2, 6.5, 16.0, 10.4]]]),
+    torch.tensor([[[0.63, 0.46, 0.72], [float("nan"), 0.99, 0.54], [0.10, 0.19, 0.28], [0.90, 0.37, 0.01]]]),
+    True,
+)
+"""Found by hypothesis in CI: OpenVINO's CPU Greater says NaN > threshold, and the NaN pair of the
+best box won its place (label 0, score NaN) until NaN was tested apart."""
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:openvino")
 @settings(SETTINGS, max_examples=40)
 @given(cases(tie_free=True, exclude=OPENVINO_AT_IOU_ONE))
+@example(NAN_BESIDE_THE_BEST)
 def test_openvino_runs_the_same_onnx(case: tuple[str, torch.Tensor, torch.Tensor, bool]) -> None:
     name, boxes, scores, _ = case
     want, got = reference(name, boxes, scores), run_openvino(_openvino(name), boxes, scores)

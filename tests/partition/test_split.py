@@ -203,3 +203,32 @@ def test_a_per_level_candidate_selection_moves_to_the_host() -> None:
     # view_as reads its level's shape, so the level goes over too
     levels = sorted(str(n.target) for n in head_outputs(parts))
     assert levels == ["aten.flatten.using_ints"] * 2 + ["aten.sigmoid.default"] * 2
+
+
+def test_in_place_writes_into_host_rows_stay_on_the_host() -> None:
+    """Ultralytics' xywh2xyxy on the rows a top-k selected: an empty_like buffer, copy_ into its
+    column slices, then a split of the columns, all before the NMS. An engine stage there would
+    take rows as its batch; the host keeps them, and the split graph computes what the original does."""
+
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node, ...]:
+        call = g.call_function
+        rows = call(aten.cat.default, ([call(aten.mul.Tensor, (xs[0], 2.0)), xs[1]], -1))  # engine: [B, 30, 7]
+        index = call(operator.getitem, (call(aten.topk.default, (call(aten.select.int, (xs[1], 2, 0)), 20)), 1))
+        picked = call(aten.gather.default, (rows, 1, call(aten.expand.default, (
+            call(aten.unsqueeze.default, (index, -1)), [2, 20, 7]))))
+        xyxy = call(aten.empty_like.default, (picked,))
+        half = call(aten.div.Tensor, (call(aten.slice.Tensor, (picked, 2, 2, 4)), 2.0))
+        centers = call(aten.slice.Tensor, (picked, 2, 0, 2))
+        call(aten.copy_.default, (call(aten.slice.Tensor, (xyxy, 2, 0, 2)), call(aten.sub.Tensor, (centers, half))))
+        call(aten.copy_.default, (call(aten.slice.Tensor, (xyxy, 2, 2, 4)), call(aten.add.Tensor, (centers, half))))
+        call(aten.copy_.default, (call(aten.slice.Tensor, (xyxy, 2, 4, 7)), call(aten.slice.Tensor, (picked, 2, 4, 7))))
+        columns = call(aten.split_with_sizes.default, (xyxy, [4, 3], 2))
+        boxes, scores = (call(operator.getitem, (columns, i)) for i in (0, 1))
+        nms = call(torch.ops.fxdeploy.multiclass_nms.default, (boxes, scores, 0.5, 0.05, 20, -1, 10, -1, False))
+        return tuple(call(operator.getitem, (nms, i)) for i in (0, 1, 3))
+
+    parts = split_matching_the_original(build(body, 2, list(_inputs())))
+    assert [s.kind for s in parts.stages] == ["engine", "host"]
+    tail = op_histogram(parts.tail)
+    assert tail["aten.copy_.default"] == 3 and tail["aten.empty_like.default"] == 1
+    assert tail["aten.split_with_sizes.default"] == 1 and tail[NMS] == 1

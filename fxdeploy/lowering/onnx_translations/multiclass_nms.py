@@ -100,7 +100,8 @@ def _ranks(scores: Any, score_threshold: float) -> Any:
     orders by descending score and then ascending index; non-candidates (score <= threshold) -1,
     below NonMaxSuppression's threshold of 0 whether a runtime keeps scores > or >= it (OpenVINO)."""
     count = op.Shape(scores, start=2, end=3)
-    candidate = op.Greater(scores, const(np.float32(score_threshold), np.float32))  # NaN never is
+    # NaN never is a candidate; OpenVINO's CPU Greater says NaN > t, so NaN is tested apart
+    candidate = op.And(op.Greater(scores, const(np.float32(score_threshold), np.float32)), op.Not(op.IsNaN(scores)))
     clean = op.Where(candidate, scores, const(NEG_INF, np.float32))  # no NaN for TopK to place
     _, order = op.TopK(clean, count, axis=2, largest=1, sorted=1)
     positions = op.Expand(op.Range(const(0), op.Squeeze(count, const([0])), const(1)), op.Shape(order))
