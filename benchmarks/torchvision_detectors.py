@@ -3,7 +3,7 @@
 Needs the detector environment (`make det-venv`):
 
     .venv-det/bin/python benchmarks/torchvision_detectors.py [--models retinanet fcos ssd300 fasterrcnn]
-        [--batches 1] [--targets onnxruntime openvino torchscript]
+        [--batches 1] [--targets onnxruntime openvino torchscript ncnn]
 
 Each model is ``examples/torchvision_detectors.py``'s (``weights=None``, calibrated random weights,
 called as ``model(list_of_images)``, no substitution), lowered once per target with a dynamic
@@ -37,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(NAMES))
     parser.add_argument("--batches", type=int, nargs="+", default=[1])
-    parser.add_argument("--targets", nargs="+", default=["onnxruntime", "openvino", "torchscript"])
+    parser.add_argument("--targets", nargs="+", default=["onnxruntime", "openvino", "torchscript", "ncnn"])
     args = parser.parse_args()
     settings = fxdeploy.Settings(threads=THREADS, verify=False)  # parity is checked below, by IoU
     results = []

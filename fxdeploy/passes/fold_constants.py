@@ -24,9 +24,10 @@ from fxdeploy.settings import Settings
 aten = torch.ops.aten
 Node = torch.fx.Node
 # Arguments read for their dtype, device and shape only: ``arange(n).type_as(features)`` is as
-# constant as ``arange(n)``.
+# constant as ``arange(n)``, and so are torchvision's RPN levels ``levels.expand_as(objectness)``.
 _METADATA_ONLY = {
-    aten.type_as.default: 1, aten.zeros_like.default: 0, aten.ones_like.default: 0, aten.full_like.default: 0,
+    aten.type_as.default: 1, aten.expand_as.default: 1, aten.zeros_like.default: 0, aten.ones_like.default: 0,
+    aten.full_like.default: 0,
     aten.new_zeros.default: 0, aten.new_ones.default: 0, aten.new_full.default: 0,
 }
 MAX_ELEMENTS = 1 << 18
@@ -40,7 +41,9 @@ def fold_constants(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     values: dict[Node, object] = {}
     written = written_in_place(gm.graph)
     for node in gm.graph.nodes:
-        if check(gm, node, values, written) is None:
+        if _static_size(node):
+            values[node] = node.meta["val"]  # ``x.size(0)`` at a static shape: a number
+        elif check(gm, node, values, written) is None:
             values[node] = _evaluate(gm, node, values)
     frontier = [
         n for n in values
@@ -83,6 +86,10 @@ def check(
     if sum(v.numel() for v in shapes if isinstance(v, torch.Tensor)) > MAX_ELEMENTS:
         return f"over {MAX_ELEMENTS} elements: cheaper to compute than to store"
     return None
+
+
+def _static_size(node: Node) -> bool:
+    return node.op == "call_function" and type(node.meta.get("val")) in (int, float, bool)
 
 
 def written_in_place(graph: torch.fx.Graph) -> set[Node]:

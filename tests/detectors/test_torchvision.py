@@ -26,12 +26,6 @@ MODELS = ["retinanet", "fcos", "ssd300", "fasterrcnn"]
 SCORE_TOLERANCE = {"ncnn": 1e-3, "fasterrcnn": 1e-3}
 """Paired scores' tolerance (1e-4 elsewhere): Faster R-CNN's softmax over a second stage moves
 scores by up to 3e-4 between runtimes."""
-NCNN_EXPAND_AS = (
-    "ncnn: pnnx leaves Tensor.expand_as in Faster R-CNN's second stage (the box coder's per-class "
-    "decode), which ncnn cannot run"
-)
-
-
 @pytest.fixture(scope="module", params=MODELS)
 def detector(request: pytest.FixtureRequest) -> torch.nn.Module:
     require("torchvision")
@@ -82,11 +76,9 @@ def _tied_candidates(detector: torch.nn.Module, x: torch.Tensor, monkeypatch: py
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_torchvision_detector_without_substitution(
-    detector: torch.nn.Module, target: str, tmp_path: Path, request: pytest.FixtureRequest
+    detector: torch.nn.Module, target: str, tmp_path: Path
 ) -> None:
     require_target(target)
-    if target == "ncnn" and type(detector.model).__name__ == "FasterRCNN":
-        request.applymarker(pytest.mark.xfail(reason=NCNN_EXPAND_AS, raises=fxdeploy.FxDeployError, strict=True))
     from examples.torchvision_detectors import images
 
     # lower()'s own check pairs detections by value on random images at batch 1, 4 and 8; this

@@ -180,3 +180,20 @@ def test_nan_scores_neither_rank_in_pre_top_k_nor_get_selected() -> None:
     assert want[4][0, : int(want[3][0])].tolist() == [1, 2, 2]  # box 0 (max 0.1) is ranked out
     got = run_ort(ort_session(model), boxes, scores)
     assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
+
+
+def test_overlapping_boxes_with_equal_scores_keep_the_lower_index_on_every_runtime() -> None:
+    """Chains of overlapping boxes whose scores tie exactly: the contract visits the lower box
+    first, so which box of each overlapping pair survives depends on the order alone."""
+    kwargs = dict(iou_threshold=0.3, score_threshold=0.05, keep_top_k=64, max_output_boxes_per_class=64)
+    starts = torch.arange(60, dtype=torch.float32) * 4  # each box overlaps its neighbours (IoU 0.43)
+    boxes = torch.stack([starts, torch.zeros(60), starts + 10, torch.full((60,), 10.0)], -1)[None]
+    boxes = boxes[:, torch.randperm(60, generator=torch.Generator().manual_seed(0))]  # ties in no box order
+    scores = torch.full((1, 60, 1), 0.75)
+    scores[0, ::7] = 0.5  # a second tied level
+    want = reference(boxes, scores, **kwargs)
+    kept = want[4][0, : int(want[3][0])]
+    assert 10 < len(kept) < 50
+    model = cached_model(1, **kwargs)
+    for got in (run_ort(ort_session(model), boxes, scores), run_openvino(openvino_model(model), boxes, scores)):
+        assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))

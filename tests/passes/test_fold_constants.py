@@ -91,3 +91,25 @@ def test_an_input_read_only_for_its_dtype_still_folds() -> None:
     add = next(n for n in gm.graph.nodes if str(n.target) == "aten.add.Tensor" and n.args[0].op == "call_function"
                and str(n.args[0].target) == "aten.view.default")
     assert check(gm, add, {}) == "reads a graph input or a parameter"
+
+
+def test_torchvision_rpn_levels_fold_whole() -> None:
+    """rpn.py: ``levels.reshape(1, -1).expand_as(objectness)``, sized by ``objectness.size(1)``:
+    the expand reads the input for its shape only, and a size at a static shape is a number."""
+
+    def body(graph: torch.fx.Graph, inputs: list[torch.fx.Node]) -> object:
+        call = graph.call_function
+        count = call(aten.sym_size.int, (inputs[0], 1))
+        levels = call(aten.cat.default, ([call(aten.full.default, ([6], 0)), call(aten.full.default, ([2], 1))],))
+        levels = call(aten.expand_as.default, (call(aten.view.default, (levels, [1, count])), inputs[0]))
+        return (call(aten.mul.Tensor, (inputs[0], levels)),)
+
+    x = torch.randn(1, 8)
+    gm = build(body, 1, [x])
+    want = gm(x)
+    result = fold_constants(gm, Settings())
+    gm = result.graph_module
+    gm.graph.lint()
+    gm.recompile()
+    assert result.modified and op_histogram(gm) == {"aten.mul.Tensor": 1}
+    torch.testing.assert_close(gm(x)[0], want[0])
