@@ -9,7 +9,9 @@ Contenders, each timed end to end (images in, per-image [n, 6] detections out), 
 - fxdeploy:<target>: ``fxdeploy.lower`` of that same module, no substitution, dynamic batch;
 - ultralytics:onnx-nms: ``model.export(format="onnx", nms=True)`` on an ONNX Runtime session;
 - ultralytics:<format> for openvino, torchscript, ncnn: the exported network, then Ultralytics'
-  ``non_max_suppression`` on the host, as its predictor runs them.
+  ``non_max_suppression`` on the host, as its predictor runs them; OpenVINO as its predictor
+  compiles it (no precision hint: bf16 on a CPU with native bf16) and held at f32
+  (``openvino-f32``); fxdeploy's OpenVINO at fp32 and at bf16 (``openvino-bf16``).
 Every contender's detections are matched with eager's (label and IoU >= 0.99, scores within
 1e-3): the table says how many match, miss or are extra.
 """
@@ -67,11 +69,15 @@ def ultralytics_peers(net: torch.nn.Module, config: str, batch: int, work: Path,
         return [rows[rows[:, 4] > 0] for rows in out]  # padded rows carry score 0
 
     peers["ultralytics:onnx-nms"] = onnx_nms
-    compiled = ov.Core().compile_model(
-        str(Path(yolo.export(format="openvino", imgsz=320, batch=batch)) / f"{Path(config).stem}.xml"),
-        "CPU", {"INFERENCE_NUM_THREADS": THREADS},
-    )
+    ov_xml = str(Path(yolo.export(format="openvino", imgsz=320, batch=batch)) / f"{Path(config).stem}.xml")
+    compiled = ov.Core().compile_model(ov_xml, "CPU", {"INFERENCE_NUM_THREADS": THREADS})
     peers["ultralytics:openvino"] = lambda x: nms(torch.from_numpy(compiled(x.numpy())[0]))
+    # OpenVINO's CPU plugin infers in bf16 by default where the CPU has native bf16 (AVX512_BF16,
+    # AMX): Ultralytics' predictor passes no precision hint. The same export held at f32, too.
+    compiled_f32 = ov.Core().compile_model(
+        ov_xml, "CPU", {"INFERENCE_NUM_THREADS": THREADS, "INFERENCE_PRECISION_HINT": "f32"}
+    )
+    peers["ultralytics:openvino-f32"] = lambda x: nms(torch.from_numpy(compiled_f32(x.numpy())[0]))
     scripted = torch.jit.load(yolo.export(format="torchscript", imgsz=320, batch=batch))
 
     def torchscript_run(x: torch.Tensor) -> Rows:
@@ -101,7 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--config", default="yolo11n.yaml")
-    parser.add_argument("--targets", nargs="+", default=["onnxruntime", "openvino", "torchscript"])
+    parser.add_argument("--targets", nargs="+", default=["onnxruntime", "openvino", "torchscript", "ncnn"])
     args = parser.parse_args()
     import torchvision  # noqa: F401  (Ultralytics then runs torchvision's NMS, as fxdeploy's capture does)
     from ultralytics.utils.nms import non_max_suppression
@@ -118,6 +124,11 @@ def main() -> None:
                                          dynamic_shapes={"images": {0: ("batch", 1, 8)}})
         for t in args.targets
     }
+    if "openvino" in args.targets:  # at the precision OpenVINO picks by itself on a bf16 CPU
+        deployed["fxdeploy:openvino-bf16"] = fxdeploy.lower(
+            model, (images(2, 0),), target="openvino", settings=fxdeploy.Settings(threads=THREADS, precision="bf16",
+                                                                                 verify=False),
+            dynamic_shapes={"images": {0: ("batch", 1, 8)}})
     results = []
     home = Path.cwd()
     with tempfile.TemporaryDirectory() as work, pinned_threads(THREADS), torch.no_grad():

@@ -227,6 +227,7 @@ def _manifest(
         "info": dict(
             info, capture_mode=captured.mode, substitutions=captured.substitutions,
             precision=gm.meta.get(PRECISION, {"policy": settings.precision}),
+            **({"widened_dims": captured.widened_dims} if captured.widened_dims else {}),
         ),
     }
 

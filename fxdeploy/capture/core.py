@@ -25,6 +25,7 @@ from fxdeploy import dims as dims_mod
 from fxdeploy import structure, substitution
 from fxdeploy.capture import per_image
 from fxdeploy.capture.errors import explain
+from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError
 from fxdeploy.settings import Settings
 
@@ -56,6 +57,8 @@ class Captured:
     # the batch dim and the join plan, and the user's whole example
     per_image: dict[str, Any] | None = None
     batch_inputs: list[torch.Tensor] | None = None
+    # dynamic dims whose example size was 1, captured on the example repeated to 2 (capture/widen.py)
+    widened_dims: list[str] = field(default_factory=list)
 
 
 def capture(
@@ -78,6 +81,11 @@ def capture(
                 "tensors (bake constants into the model, e.g. with functools.partial)"
             )
     export_shapes, opts = dims_mod.to_export_dynamic_shapes(dynamic_shapes, model.forward, args, kwargs)
+    args, kwargs, widened = widen(args, kwargs, export_shapes, model.forward)
+    if widened:
+        logger.info("dims %s have size 1 in the example, which torch.export would fix: capturing on the "
+                    "example repeated to size 2", widened)
+        flat_inputs, in_spec = pytree.tree_flatten((args, kwargs))
     with eval_mode(model), module_state(model), torch.no_grad(), warnings.catch_warnings():
         # torch 2.13's own pytree deprecation, raised inside torch.export; nothing a user can act on
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*", category=FutureWarning)
@@ -109,10 +117,13 @@ def capture(
             captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs, start)
             if captured is None:
                 raise  # the batch's own error says what to change
+            captured.widened_dims = widened
             return captured
         _check_structure(ep, eager_outputs, template, [s for s in subs if s.name in applied])
         unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
-        return _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
+        captured = _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
+        captured.widened_dims = widened
+        return captured
 
 
 def _try_one_image(*args: Any) -> Captured | None:

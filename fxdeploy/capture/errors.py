@@ -47,8 +47,9 @@ def explain(exc: BaseException, model: Any, subs: Any) -> str:
     text = str(exc)
     if "specialized it to be a constant (1)" in text or "specialized it to be a constant (0)" in text:
         lines.append(
-            "  A dynamic dim whose example size is 0 or 1 is specialized by torch.export; use example "
-            "inputs with that dim >= 2 (the range can still start at 1)."
+            "  A dynamic dim whose example size is 0 or 1 is specialized by torch.export. fxdeploy repeats "
+            "a size-1 tensor input to size 2 itself, but not a size of 0 or a tensor nested in a list or "
+            "dict: give that example a size of 2 or more there (the range can still start at 1)."
         )
     for line in text.splitlines():
         if line.strip().startswith("- ") and ("dynamic" in line or "specialized" in line):
