@@ -6,12 +6,11 @@ import pytest
 import torch
 
 from fxdeploy import ops
-from fxdeploy.capture import capture
-from fxdeploy.passes import op_histogram, run_pipeline
+from fxdeploy.passes import op_histogram
 from fxdeploy.passes.padding import CompactionError, pad_compactions
-from fxdeploy.passes.pipelines import CLEANUP
-from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
+from fxdeploy.passes.tensorize_outputs import HIDDEN, TRIM
 from fxdeploy.settings import Settings
+from tests.passes.padding.helpers import captured
 
 
 class FilterThenNMS(torch.nn.Module):
@@ -38,17 +37,9 @@ def _inputs(n: int = 60, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return boxes, torch.randn(n, 3, generator=generator)
 
 
-def _passed(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> torch.fx.GraphModule:
-    captured = capture(model, args)
-    gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
-    gm, _ = run_pipeline(gm, CLEANUP, Settings())
-    return gm
-
-
 def test_rewrite_histogram_numerics_and_trim_records() -> None:
     boxes, logits = _inputs()
-    gm = _passed(FilterThenNMS(), (boxes, logits))
+    gm = captured(FilterThenNMS(), boxes, logits)
     before = op_histogram(gm)
     result = pad_compactions(gm, Settings())
     gm = result.graph_module
@@ -73,12 +64,12 @@ def test_rewrite_histogram_numerics_and_trim_records() -> None:
 
 
 def test_no_nms_means_not_modified() -> None:
-    gm = _passed(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    gm = captured(torch.nn.Linear(4, 2), torch.randn(3, 4))
     assert not pad_compactions(gm, Settings()).modified
 
 
 def test_unsupported_consumer_names_the_call_site() -> None:
     boxes, logits = _inputs()
-    gm = _passed(CountsDetections(), (boxes, logits[:, 0]))
+    gm = captured(CountsDetections(), boxes, logits[:, 0])
     with pytest.raises(CompactionError, match=r"test_nms\.py.*used as a value"):
         pad_compactions(gm, Settings())

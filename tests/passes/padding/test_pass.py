@@ -6,12 +6,11 @@ import pytest
 import torch
 
 from fxdeploy import ops
-from fxdeploy.capture import capture
-from fxdeploy.passes import op_histogram, run_pipeline
+from fxdeploy.passes import op_histogram
 from fxdeploy.passes.padding import CompactionError, pad_compactions
-from fxdeploy.passes.pipelines import CLEANUP
 from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES, TRIM
 from fxdeploy.settings import Settings
+from tests.passes.padding.helpers import captured
 
 
 class TwoFilters(torch.nn.Module):
@@ -66,14 +65,6 @@ def _rows(n: int = 80, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
     return torch.cat([boxes, torch.rand(n, 3, generator=generator) * scale], 1)
 
 
-def _captured(model: torch.nn.Module, *args: torch.Tensor) -> torch.fx.GraphModule:
-    captured = capture(model, args)
-    gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
-    gm, _ = run_pipeline(gm, CLEANUP, Settings())
-    return gm
-
-
 def _trimmed(gm: torch.fx.GraphModule, *args: torch.Tensor) -> torch.Tensor:
     """Run the rewritten graph and cut the rows past the NMS count, as the host does."""
     names = gm.meta[OUTPUT_NAMES]
@@ -83,7 +74,7 @@ def _trimmed(gm: torch.fx.GraphModule, *args: torch.Tensor) -> torch.Tensor:
 
 
 def _static_pipeline(model: torch.nn.Module, rows: torch.Tensor) -> torch.fx.GraphModule:
-    gm = _captured(model, rows)
+    gm = captured(model, rows)
     return pad_compactions(gm, Settings()).graph_module
 
 
@@ -100,7 +91,7 @@ def test_selections_feeding_the_nms_directly_match_eager() -> None:
 
 def test_two_filters_become_static_and_match_eager() -> None:
     rows = _rows()
-    gm = _captured(TwoFilters(), rows)
+    gm = captured(TwoFilters(), rows)
     before = op_histogram(gm)
     result = pad_compactions(gm, Settings())
     gm = result.graph_module
@@ -142,14 +133,14 @@ def test_no_survivor_gives_the_empty_result() -> None:
     ids=["sum", "sort", "count"],
 )
 def test_refuses_what_padding_would_change(model: torch.nn.Module, says: str) -> None:
-    gm = _captured(model, torch.rand(30))
+    gm = captured(model, torch.rand(30))
     with pytest.raises(CompactionError, match=says) as info:
         pad_compactions(gm, Settings())
     assert __file__ in str(info.value)  # names the call site
 
 
 def test_a_graph_without_selection_is_unchanged() -> None:
-    gm = _captured(NoSelection(), torch.rand(30))
+    gm = captured(NoSelection(), torch.rand(30))
     before = op_histogram(gm)
     result = pad_compactions(gm, Settings())
     assert not result.modified and op_histogram(result.graph_module) == before
