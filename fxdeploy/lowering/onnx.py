@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from fxdeploy.errors import LoweringError
+from fxdeploy.passes.graph_utils import call_site
 from fxdeploy.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def export_onnx(
                 report=False,
             )
     except Exception as exc:
-        raise LoweringError(_explain(exc)) from exc
+        raise LoweringError(_explain(exc, gm)) from exc
     model = onnx_program.model
     model.ir_version = min(model.ir_version, settings.onnx.ir_version)
     return onnx_program
@@ -89,16 +90,29 @@ def save_onnx(program: torch.onnx.ONNXProgram, path: Path, settings: Settings) -
     return [path.name, data.name] if data.exists() else [path.name]
 
 
-def _explain(exc: Exception) -> str:
-    text = str(exc)
-    marker = "No decompositions registered for"
-    unsupported = [line.strip() for line in text.splitlines() if marker in line or "Unsupported FX nodes" in line]
-    detail = unsupported[0] if unsupported else text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return (
-        f"ONNX lowering failed: {type(exc).__name__}: {detail[:500]}\n"
-        "  An op without an ONNX translation can be given one in fxdeploy.lowering.onnx_translations, "
-        "or replaced before capture with @fxdeploy.substitute."
-    )
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NODE = re.compile(r"translating node %(\w+)")
+_ADVICE = (
+    "  An op without an ONNX translation can be given one in fxdeploy.lowering.onnx_translations, "
+    "or replaced before capture with @fxdeploy.substitute."
+)
+
+
+def _explain(exc: Exception, gm: torch.fx.GraphModule | None = None) -> str:
+    """The root cause of a torch.onnx failure, the node and the user's source line where known,
+    without the exporter's colour codes and its "create an issue" banner."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 20:
+        chain.append(chain[-1].__cause__)
+    text = "\n".join(_ANSI.sub("", str(e)) for e in chain)
+    match = _NODE.search(text)
+    node = next((n for n in gm.graph.nodes if n.name == match.group(1)), None) if gm and match else None
+    root = _ANSI.sub("", str(chain[-1])).strip()
+    if "## Exception summary" in root:  # a torch.onnx error without a cause: its summary is the cause
+        root = root.split("## Exception summary", 1)[1].strip()
+    detail = root.splitlines()[0] if root else type(chain[-1]).__name__
+    where = f" at {call_site(node)} (node {node.name}, {node.target})" if node is not None else ""
+    return f"ONNX lowering failed{where}: {type(chain[-1]).__name__}: {detail[:500]}\n{_ADVICE}"
 
 
 @contextlib.contextmanager
