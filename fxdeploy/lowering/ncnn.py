@@ -28,6 +28,7 @@ from fxdeploy.errors import LoweringError
 from fxdeploy.jit_warnings import quiet_jit
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
 from fxdeploy.partition import Source, Stage, split_parts
+from fxdeploy.passes.graph_utils import call_site
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +214,17 @@ def _with_leading_one(stage: torch.fx.GraphModule, shared: list[int]) -> torch.f
     return wrapped
 
 
+def _not_float(label: str, node: torch.fx.Node, dtype: torch.dtype) -> str:
+    """What reads a non-float engine input, and what to do: ncnn's blobs hold float32 only."""
+    readers = "; ".join(f"{user.target} at {call_site(user)}" for user in list(node.users)[:3]) or "nothing"
+    return (
+        f"ncnn: {label} ({node.name!r}) is {dtype}, and ncnn's blobs hold float32 only; it is read by {readers}. "
+        "An engine stage cannot take integers or bools (token ids, attention masks, indices). Make the value "
+        "float in the model before that op where float32 holds it exactly (ids below 2**24, 0/1 masks), or "
+        "lower to onnxruntime or openvino, which take it as it is"
+    )
+
+
 def _batch_symbol(head: torch.fx.GraphModule, labels: list[str], shared: Sequence[int] = ()) -> str:
     """The one symbol (or static size) that dim 0 of every engine input shares; a shared input's
     leading 1 aside."""
@@ -223,9 +235,7 @@ def _batch_symbol(head: torch.fx.GraphModule, labels: list[str], shared: Sequenc
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
             raise LoweringError(f"ncnn: input {label!r} has no batch dim (shape {_shape(value)})")
         if value.dtype != torch.float32:
-            raise LoweringError(
-                f"ncnn: input {label!r} must be float32 (ncnn blobs are float), got {value.dtype}"
-            )
+            raise LoweringError(_not_float(label, node, value.dtype))
         _check_rank(f"input {label!r}", value)
         if k not in shared:
             symbols.add(str(value.shape[0]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from typing import Any
 
@@ -49,11 +50,16 @@ def size_symbols(size: Any) -> set[str]:
     return {str(s) for s in size.node.expr.free_symbols if str(s).startswith("u")}
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
 def call_site(node: torch.fx.Node) -> str:
-    """The user's file:line that produced a node, from the trace's stack."""
+    """The user's file:line that produced a node, from the trace's stack: the innermost frame
+    outside torch itself (``nn.Embedding.forward`` is not where a user can change anything)."""
     trace = node.meta.get("stack_trace") or ""
     lines = [line.strip() for line in trace.strip().splitlines() if line.strip().startswith("File ")]
-    return lines[-1] if lines else f"node {node.name}"
+    own = [line for line in lines if _TORCH_DIR not in line]
+    return (own or lines)[-1] if lines else f"node {node.name}"
 
 
 def is_op(node: Any, *names: str) -> bool:
