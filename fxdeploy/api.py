@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact, dims, structure, substitution, verify
 from fxdeploy.capture import Captured, capture, eval_mode
 from fxdeploy.deployed import Deployed
-from fxdeploy.errors import ArtifactError, FxDeployError, LoweringError
+from fxdeploy.errors import ArtifactError, FxDeployError, InferenceError, LoweringError
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.precision_policy import PRECISION
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
@@ -48,11 +48,25 @@ def lower(
     subs = substitution.resolve(substitutions)
 
     def build() -> Deployed:
-        captured = capture(model, args, kwargs, dynamic_shapes=dynamic_shapes, substitutions=subs, settings=settings)
-        gm = captured.graph_module
-        gm.meta[OUTPUT_NAMES] = captured.output_names
-        gm, report = run_pipeline(gm, chosen.pipeline, settings)
-        return _lower_graph(chosen, captured, gm, report, settings, model, subs)
+        try:
+            captured = capture(
+                model, args, kwargs, dynamic_shapes=dynamic_shapes, substitutions=subs, settings=settings
+            )
+            gm = captured.graph_module
+            gm.meta[OUTPUT_NAMES] = captured.output_names
+            gm, report = run_pipeline(gm, chosen.pipeline, settings)
+            return _lower_graph(chosen, captured, gm, report, settings, model, subs)
+        except InferenceError as exc:  # the artifact was built, and fails on lower()'s own checks
+            raise LoweringError(f"target {chosen.name!r}: the lowered artifact failed lower()'s check: {exc}") from exc
+        except FxDeployError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - nothing raw escapes lower()
+            shapes = [tuple(x.shape) for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+            raise LoweringError(
+                f"target {chosen.name!r}: lowering failed on inputs {shapes}: {type(exc).__name__}: "
+                f"{(str(exc).strip().splitlines() or [''])[0][:400]}. fxdeploy did not expect this failure: "
+                "set logging.getLogger('fxdeploy') to DEBUG for the stages it ran, and report it with the model"
+            ) from exc
 
     if not settings.cache.enabled:
         return build()

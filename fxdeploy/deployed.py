@@ -13,7 +13,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy import artifact, dims, structure
-from fxdeploy.errors import InputError
+from fxdeploy.errors import FxDeployError, InferenceError, InputError
 from fxdeploy.runtime.executor import Executor, Stats
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in artifact.DTYPE_NAMES}
@@ -143,10 +143,21 @@ class Deployed:
         return artifact.save(self.manifest, self._directory, directory)
 
     def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if self._lock is None:
-            return self.executor.execute(feeds)
-        with self._lock:
-            return self.executor.execute(feeds)
+        try:
+            if self._lock is None:
+                return self.executor.execute(feeds)
+            with self._lock:
+                return self.executor.execute(feeds)
+        except FxDeployError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every runtime raises its own types
+            shapes = {name: tuple(value.shape) for name, value in feeds.items()}
+            detail = (str(exc).strip().splitlines() or [""])[0][:400]
+            raise InferenceError(
+                f"{self.target}: the runtime failed on inputs {shapes}, which the manifest accepts: "
+                f"{type(exc).__name__}: {detail}. Lower again with inputs of these shapes as the example, "
+                "so that lower()'s checks run them, or give dynamic_shapes a range that leaves them out"
+            ) from exc
 
     def _feeds(self, values: list[Any]) -> dict[str, torch.Tensor]:
         accepted = self._accepted

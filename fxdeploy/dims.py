@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch.export import Dim
 
+from fxdeploy.errors import InputError
+
 INT_MAX = 2**31 - 1
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 _DERIVED = re.compile(r"^(?:(\d+)\*)?([A-Za-z_]\w*)(?:([+-])(\d+))?$")
@@ -43,17 +45,17 @@ def _dim_from(spec: Any, where: str, cache: dict[str, Any], opts: dict[str, int]
         name, lo, hi = spec[0], int(spec[1]), int(spec[-1])
         opt = spec[2] if len(spec) == 4 else None
     else:
-        raise TypeError(
+        raise InputError(
             f"dynamic_shapes{where}: expected a dim name, a torch.export.Dim, (name, min, max) or "
             f"(name, min, opt, max); got {spec!r}"
         )
     if not name.isidentifier():
-        raise ValueError(f"dynamic_shapes{where}: dim name must be an identifier, got {name!r}")
+        raise InputError(f"dynamic_shapes{where}: dim name must be an identifier, got {name!r}")
     if opt is not None:
         opts[name] = int(opt)
     if name in cache:
         if (cache[name].min, cache[name].max) != (lo, hi):
-            raise ValueError(
+            raise InputError(
                 f"dynamic_shapes{where}: dim {name!r} is used with range [{lo}, {hi}] here and "
                 f"[{cache[name].min}, {cache[name].max}] elsewhere"
             )
@@ -78,13 +80,13 @@ def to_export_dynamic_shapes(
             return {int(d): _dim_from(s, f"{where}[{d}]", cache, opts) for d, s in spec.items()}
         if isinstance(spec, (list, tuple)):
             return type(spec)(_dim_from(s, f"{where}[{i}]", cache, opts) for i, s in enumerate(spec))
-        raise TypeError(f"dynamic_shapes{where}: expected a dict or tuple of dims, got {spec!r}")
+        raise InputError(f"dynamic_shapes{where}: expected a dict or tuple of dims, got {spec!r}")
 
     if isinstance(dynamic_shapes, Mapping):
         names = list(inspect.signature(forward).bind(*args, **kwargs).arguments)
         unknown = sorted(set(dynamic_shapes) - set(names))
         if unknown:
-            raise ValueError(
+            raise InputError(
                 f"dynamic_shapes names {unknown} are not inputs of the model; inputs are {names}"
             )
         return {n: per_input(dynamic_shapes.get(n), f"[{n!r}]") for n in names}, opts
@@ -111,10 +113,10 @@ def parse(entry: str) -> tuple[int, str, int]:
     """A manifest dim as (a, root, b), meaning ``a * root + b``: 'h' is (1, 'h', 0), '32*h' is (32, 'h', 0)."""
     match = _DERIVED.match(entry.replace(" ", ""))
     if match is None:
-        raise ValueError(f"dim {entry!r} is neither a dim name nor of the form a*name + b")
+        raise InputError(f"dim {entry!r} is neither a dim name nor of the form a*name + b")
     a, root, sign, b = match.groups()
     if a is not None and int(a) == 0:
-        raise ValueError(f"dim {entry!r} multiplies its root by 0")
+        raise InputError(f"dim {entry!r} multiplies its root by 0")
     return int(a or 1), root, (-1 if sign == "-" else 1) * int(b or 0)
 
 

@@ -23,6 +23,11 @@ class InputError(FxDeployError, ValueError):
     """Inputs given to a Deployed model do not match its manifest."""
 
 
+class InferenceError(FxDeployError, RuntimeError):
+    """The runtime failed on inputs that passed the manifest's checks; the message names the target,
+    the input shapes and the runtime's own message."""
+
+
 class ArtifactError(FxDeployError):
     """An artifact directory is missing, corrupt, tampered with or from an unknown schema."""
 

@@ -1,0 +1,59 @@
+"""Nothing raw escapes lower() or Deployed: a runtime's own exception becomes an InferenceError
+that names the target and the input shapes, and an unexpected failure inside lower() a
+LoweringError that names the target, the inputs and what to do. The runtime failures are stand-ins
+(a raising engine call): the wrapping is what is under test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import fxdeploy
+from examples import models
+from fxdeploy import api
+from fxdeploy.runtime.onnxruntime import OrtExecutor
+
+
+def _failing(self: Any, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    raise RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Attempting to broadcast an axis by a dimension "
+                       "other than 1. 5 by 17\nsecond line")
+
+
+def test_a_runtime_failure_in_a_call_is_an_inference_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, (x,) = models.convnet()
+    deployed = fxdeploy.lower(model, (x,), dynamic_shapes={"x": {0: "batch"}})
+    monkeypatch.setattr(OrtExecutor, "_run", _failing)
+    with pytest.raises(fxdeploy.InferenceError) as info:
+        deployed(torch.randn(3, 3, 64, 64))
+    message = str(info.value)
+    assert message.startswith("onnxruntime: the runtime failed on inputs {'x': (3, 3, 64, 64)}")
+    assert "RuntimeError: [ONNXRuntimeError]" in message and "5 by 17" in message and "second line" not in message
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_a_runtime_failure_in_lowers_checks_is_a_lowering_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, (x,) = models.convnet()
+    monkeypatch.setattr(OrtExecutor, "_run", _failing)
+    with pytest.raises(fxdeploy.LoweringError, match=r"target 'onnxruntime': the lowered artifact failed lower\(\)'s "
+                       r"check: onnxruntime: the runtime failed on inputs \{'x': \(\d+, 3, 64, 64\)\}"):
+        fxdeploy.lower(model, (x,), dynamic_shapes={"x": {0: "batch"}})
+
+
+def test_an_unexpected_failure_inside_lower_is_a_lowering_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, (x,) = models.convnet()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("stage")
+
+    monkeypatch.setattr(api, "run_pipeline", broken)
+    with pytest.raises(fxdeploy.LoweringError, match=r"target 'onnxruntime': lowering failed on inputs "
+                       r"\[\(2, 3, 64, 64\)\]: KeyError: 'stage'\. fxdeploy did not expect"):
+        fxdeploy.lower(model, (x,))
+
+
+def test_bad_dynamic_shapes_are_an_input_error() -> None:
+    model, (x,) = models.convnet()
+    with pytest.raises(fxdeploy.InputError, match=r"dynamic_shapes names \['images'\] are not inputs"):
+        fxdeploy.lower(model, (x,), dynamic_shapes={"images": {0: "batch"}})
