@@ -13,7 +13,7 @@ import torch
 
 import fxdeploy
 from fxdeploy.builtin_substitutions import builtin_substitutions
-from tests.detections import assert_same_detections
+from tests.detections import assert_same_detections, without_threshold_flips
 from tests.detectors.conftest import require
 from tests.helpers import require_target
 
@@ -104,7 +104,9 @@ def test_yolo_with_ultralytics_nms_without_substitution(yolo: torch.nn.Module, t
             assert isinstance(got, list) and len(got) == batch
             assert all(g.shape[1:] == (6,) and g.dtype == torch.float32 for g in got)
             tolerance = SCORE_TOLERANCE.get(target, 1e-4)
-            assert_same_detections(as_detections(want), as_detections(got), score_atol=tolerance)
+            # a box at IoU 0.45 +- 1e-3 of a kept one may go either way between runtimes (float noise)
+            reference, result, _ = without_threshold_flips(as_detections(want), as_detections(got), yolo.iou)
+            assert_same_detections(reference, result, score_atol=tolerance)
 
 
 def test_eager_model_is_untouched_by_lowering(yolo: torch.nn.Module) -> None:
