@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact, dims, structure, substitution, verify
 from fxdeploy.capture import Captured, capture, eval_mode
 from fxdeploy.deployed import Deployed
-from fxdeploy.errors import ArtifactError, FxDeployError, InferenceError, LoweringError
+from fxdeploy.errors import ArtifactError, FxDeployError, InferenceError, LoweringError, first_line
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.precision_policy import PRECISION
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
@@ -63,8 +63,8 @@ def lower(
         except Exception as exc:  # noqa: BLE001 - nothing raw escapes lower()
             shapes = [tuple(x.shape) for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
             raise LoweringError(
-                f"target {chosen.name!r}: lowering failed on inputs {shapes}: {type(exc).__name__}: "
-                f"{(str(exc).strip().splitlines() or [''])[0][:400]}. fxdeploy did not expect this failure: "
+                f"target {chosen.name!r}: lowering failed on inputs {shapes}: {first_line(exc)}. "
+                "fxdeploy did not expect this failure: "
                 "set logging.getLogger('fxdeploy') to DEBUG for the stages it ran, and report it with the model"
             ) from exc
 

@@ -13,7 +13,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy import artifact, dims, structure
-from fxdeploy.errors import FxDeployError, InferenceError, InputError
+from fxdeploy.errors import FxDeployError, InferenceError, InputError, first_line
 from fxdeploy.runtime.executor import Executor, Stats
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in artifact.DTYPE_NAMES}
@@ -152,10 +152,9 @@ class Deployed:
             raise
         except Exception as exc:  # noqa: BLE001 - every runtime raises its own types
             shapes = {name: tuple(value.shape) for name, value in feeds.items()}
-            detail = (str(exc).strip().splitlines() or [""])[0][:400]
             raise InferenceError(
                 f"{self.target}: the runtime failed on inputs {shapes}, which the manifest accepts: "
-                f"{type(exc).__name__}: {detail}. Lower again with inputs of these shapes as the example, "
+                f"{first_line(exc)}. Lower again with inputs of these shapes as the example, "
                 "so that lower()'s checks run them, or give dynamic_shapes a range that leaves them out"
             ) from exc
 

@@ -38,3 +38,10 @@ class TargetUnavailableError(FxDeployError, ImportError):
 
 class RegistryError(FxDeployError):
     """A registry got a duplicate or an unknown key."""
+
+
+def first_line(exc: BaseException, limit: int = 400) -> str:
+    """``Type: first line of the message``, for errors that relay another library's exception."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}"[:limit]

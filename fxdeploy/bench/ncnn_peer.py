@@ -23,7 +23,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.bench.context import BenchContext, Row
 from fxdeploy.bench.peers import unflattener
-from fxdeploy.bench.rows import first_line
+from fxdeploy.errors import first_line
 
 
 def ncnn_peer_row(ctx: BenchContext, reference: Any) -> Row:

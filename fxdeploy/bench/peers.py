@@ -28,7 +28,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy.bench.context import BenchContext, Row, directory_bytes
-from fxdeploy.bench.rows import first_line, in_inference_mode
+from fxdeploy.bench.rows import in_inference_mode
+from fxdeploy.errors import first_line
 
 ORT_IR_VERSION = 10
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from fxdeploy.bench.context import BenchContext, Row, RssSampler, directory_bytes
+from fxdeploy.errors import first_line
 from fxdeploy.targets import TargetStatus
 
 
@@ -89,7 +90,3 @@ def _lower_in_process(ctx: BenchContext, target: str, row: Row) -> Any:
     return deployed
 
 
-def first_line(exc: BaseException, limit: int = 400) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {line}"[:limit]
