@@ -43,11 +43,11 @@ test:
 
 # The core suite on torch 2.13.0 (no torchvision there: the detector suites run in the other leg).
 test-core: venv
-	$(PY) -m pytest -q -m "(not zoo or zoo_fast) and not detectors"
+	$(PY) -m pytest -q --durations=15 -m "(not zoo or zoo_fast) and not detectors"
 
 # The detector suites on real torchvision and Ultralytics; a missing library fails, never skips.
 test-detectors: det-venv
-	FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q -m detectors tests/detectors
+	FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q --durations=0 -m detectors tests/detectors
 
 zoo: venv
 	$(PY) -m pytest -q -m zoo
