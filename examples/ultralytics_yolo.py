@@ -31,10 +31,11 @@ class YoloWithNMS(nn.Module):
 def build(
     config: str = "yolo11n.yaml", size: int = 320, class_scale: float = 0.15, class_bias: float = -0.8
 ) -> nn.Module:
-    """Scores then spread over (0.25, 0.995) with 260-450 detections per 320 px image; a larger
+    """The Ultralytics DetectionModel of ``config``, with calibrated random weights, in eval mode.
+
+    Scores then spread over (0.25, 0.995) with 260-450 detections per 320 px image; a larger
     scale saturates many at exactly 1.0 (ties), and near-1 scores of overlapping boxes make the
     kept set hang on the last float bit."""
-    """The Ultralytics DetectionModel of ``config``, with calibrated random weights, in eval mode."""
     os.environ.setdefault("YOLO_OFFLINE", "1")
     from ultralytics import YOLO
 
@@ -65,9 +66,14 @@ def calibrate(model: nn.Module, size: int, passes: int = 4) -> None:
 
 
 def images(count: int, seed: int, size: int = 320, contrast: float = 1.0) -> torch.Tensor:
-    """Random images in [0.25, 0.75], the BatchNorm calibration's range. ``contrast`` > 1 on the
-    first two drives some anchors' class scores to saturate at exactly 1.0: exact ties."""
+    """Random images in [0.25, 0.75], the BatchNorm calibration's range, the first two with a flat
+    patch: anchors that see only the patch compute the same class scores bit for bit, so those
+    images hold exact score ties between NMS candidates. ``contrast`` > 1 on the first two drives
+    many anchors' class scores to saturate at exactly 1.0: ties by the hundred."""
     x = torch.rand(count, 3, size, size, generator=torch.Generator().manual_seed(seed)) * 0.5 + 0.25
+    flat = torch.tensor([0.4, 0.4, 0.7]).view(3, 1, 1)
+    x[:1, :, size // 10 : size * 9 // 10, size // 10 : size // 2] = flat
+    x[1:2, :, size // 10 : size // 2, size // 10 : size * 9 // 10] = flat
     x[:2] = (x[:2] - 0.5) * contrast + 0.5
     return x
 

@@ -41,15 +41,28 @@ def as_detections(rows: list[torch.Tensor]) -> list[dict[str, torch.Tensor]]:
     return [{"boxes": r[:, :4], "scores": r[:, 4], "labels": r[:, 5].long()} for r in rows]
 
 
-def test_inputs_make_parity_meaningful(yolo: torch.nn.Module) -> None:
+def test_inputs_make_parity_meaningful(yolo: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
+    """50+ distinct scores an image, fewer detections than the cap, and exact score ties between
+    NMS candidates in at least two images of the batch (the flat patches of ``images``)."""
+    import torchvision
+
     from examples.ultralytics_yolo import images
 
+    original, tied = torchvision.ops.nms, []
+
+    def counting(boxes: torch.Tensor, scores: torch.Tensor, iou: float) -> torch.Tensor:
+        tied.append(len(scores) - len(scores.unique()))  # one call per image
+        return original(boxes, scores, iou)
+
+    monkeypatch.setattr(torchvision.ops, "nms", counting)  # this test only: eager inputs are counted
     for batch, seed in ((1, 3), (4, 1)):
+        tied.clear()
         with torch.no_grad():
             out = yolo(images(batch, seed))
         for i, rows in enumerate(out):
             assert len(rows[:, 4].unique()) >= 50, f"image {i}: {len(rows[:, 4].unique())} distinct scores"
             assert len(rows) < MAX_DET
+    assert len(tied) == 4 and sum(n > 0 for n in tied) >= 2, f"tied NMS candidates per image: {tied}"
 
 
 ORT_TIES = (
