@@ -46,8 +46,9 @@ test-core: venv
 	$(PY) -m pytest -q --durations=15 -m "(not zoo or zoo_fast) and not detectors"
 
 # The detector suites on real torchvision and Ultralytics; a missing library fails, never skips.
+# Two workers: lowering a detector is mostly one core of Python, and the core leg ends first.
 test-detectors: det-venv
-	FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q --durations=0 -m detectors tests/detectors
+	FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q -n 2 --durations=0 -m detectors tests/detectors
 
 zoo: venv
 	$(PY) -m pytest -q -m zoo

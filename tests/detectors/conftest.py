@@ -14,6 +14,9 @@ import pytest
 
 REQUIRED = os.environ.get("FXDEPLOY_REQUIRE_DETECTORS") == "1"
 HERE = Path(__file__).parent
+if "PYTEST_XDIST_WORKER" in os.environ and "YOLO_CONFIG_DIR" in os.environ:
+    # Ultralytics writes its settings file on first import: one directory per worker, no race
+    os.environ["YOLO_CONFIG_DIR"] = os.path.join(os.environ["YOLO_CONFIG_DIR"], os.environ["PYTEST_XDIST_WORKER"])
 
 
 def require(module: str) -> None:
