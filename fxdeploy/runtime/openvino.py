@@ -76,12 +76,19 @@ def read_model(core: Any, model: Path | bytes) -> Any:
     """The ONNX model as OpenVINO reads it, with every TopK stable, as ONNX's TopK is.
 
     ONNX breaks TopK ties by the lower index; OpenVINO's ONNX frontend (2026.4) makes its TopK with
-    ``stable=False``, which orders ties arbitrarily. multiclass_nms's ranking and a detector's
-    query selection rest on that rule, so it is restored here, before compiling.
+    ``stable=False``, which orders ties arbitrarily. A model's own TopK (a detector's top-k
+    candidates or query selection) rests on that rule, so it is restored here, before compiling,
+    except on the TopKs that multiclass_nms marks tie-free (``TIE_FREE``): their result does not
+    depend on the order of ties, and OpenVINO's stable TopK costs tens of times its unstable one.
     """
+    from fxdeploy.lowering.onnx_translations._common import TIE_FREE
+
     ov_model = core.read_model(model if isinstance(model, bytes) else str(model))
     for node in ov_model.get_ops():
-        if node.get_type_name() == "TopK" and node.get_attributes().get("stable") is False:
+        if node.get_type_name() != "TopK" or node.get_attributes().get("stable") is not False:
+            continue
+        names = {name for output in node.outputs() for name in output.get_names()}
+        if not any(name.startswith(TIE_FREE) for name in names):
             node.set_attribute("stable", True)
     return ov_model
 

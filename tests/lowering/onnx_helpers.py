@@ -49,16 +49,19 @@ def export_multiclass_nms(
     per_class_boxes: bool = False,
     flavour: str = "standard",
     dtype: torch.dtype = torch.float32,
+    static_boxes: int | None = None,
     **nms_kwargs: Any,
 ) -> onnx.ModelProto:
-    """Export with symbolic batch and box dims, so one model serves every B and N.
+    """Export with symbolic batch and box dims, so one model serves every B and N (N fixed at
+    ``static_boxes`` where given, as after a detector's padding).
 
     The example has B = 2 and N = 8: torch.export specializes dims whose example size is 0 or 1.
     """
     module = MulticlassNMS(**nms_kwargs)
-    args = tuple(t.to(dtype) for t in example_inputs(2, 8, num_classes, per_class_boxes=per_class_boxes))
+    inputs = example_inputs(2, static_boxes or 8, num_classes, per_class_boxes=per_class_boxes)
+    args = tuple(t.to(dtype) for t in inputs)
     batch = torch.export.Dim("batch", min=1, max=64)
-    num = torch.export.Dim("num_boxes", min=2, max=100_000)
+    num = torch.export.Dim("num_boxes", min=2, max=100_000) if static_boxes is None else None
     shapes = ({0: batch, 1: num}, {0: batch, 1: num})
     ep = torch.export.export(module, args, dynamic_shapes=shapes, strict=True)
     program = torch.onnx.export(
@@ -77,16 +80,22 @@ def export_multiclass_nms(
 
 
 @functools.cache
-def _cached_model(num_classes: int, per_class_boxes: bool, flavour: str, items: tuple) -> bytes:
-    model = export_multiclass_nms(num_classes, per_class_boxes=per_class_boxes, flavour=flavour, **dict(items))
+def _cached_model(
+    num_classes: int, per_class_boxes: bool, flavour: str, static_boxes: int | None, items: tuple
+) -> bytes:
+    model = export_multiclass_nms(
+        num_classes, per_class_boxes=per_class_boxes, flavour=flavour, static_boxes=static_boxes, **dict(items)
+    )
     return model.SerializeToString()
 
 
 def cached_model(
-    num_classes: int, *, per_class_boxes: bool = False, flavour: str = "standard", **nms_kwargs: Any
+    num_classes: int, *, per_class_boxes: bool = False, flavour: str = "standard",
+    static_boxes: int | None = None, **nms_kwargs: Any,
 ) -> onnx.ModelProto:
     """export_multiclass_nms, exported once per distinct argument set in a test session."""
-    data = _cached_model(num_classes, per_class_boxes, flavour, tuple(sorted(nms_kwargs.items())))
+    items = tuple(sorted(nms_kwargs.items()))
+    data = _cached_model(num_classes, per_class_boxes, flavour, static_boxes, items)
     return onnx.load_from_string(data)
 
 

@@ -182,6 +182,42 @@ def test_nan_scores_neither_rank_in_pre_top_k_nor_get_selected() -> None:
     assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
 
 
+@pytest.mark.parametrize("per_class_boxes", [False, True], ids=["shared_boxes", "per_class_boxes"])
+def test_a_static_box_count_ranks_ties_without_a_stable_sort(per_class_boxes: bool) -> None:
+    """Where N is static (a detector after padding), the ranks come from two TopKs whose result
+    does not depend on how they order ties, and OpenVINO's executor leaves exactly those two
+    unstable (its stable TopK costs tens of times more). Thousands of boxes in chains that overlap,
+    with scores on four levels: which box of each pair survives rests on the tie order alone."""
+    from fxdeploy.lowering.onnx_translations._common import TIE_FREE
+    from fxdeploy.runtime.openvino import read_model
+
+    ov = pytest.importorskip("openvino", reason="the OpenVINO runtime is not installed (pip install openvino)")
+    n, classes = 3000, 2
+    kwargs = dict(iou_threshold=0.3, score_threshold=0.05, keep_top_k=4000, max_output_boxes_per_class=4000)
+    generator = torch.Generator().manual_seed(1)
+    starts = (torch.arange(n, dtype=torch.float32) * 4).expand(2, n)
+    lead = (2, n, classes) if per_class_boxes else (2, n)
+    boxes = torch.stack([starts, torch.zeros(2, n), starts + 10, torch.full((2, n), 10.0)], -1)
+    boxes = boxes[:, torch.randperm(n, generator=generator)]  # tied boxes in no box order
+    if per_class_boxes:
+        boxes = boxes[:, :, None].expand(*lead, 4).contiguous()
+    scores = torch.randint(0, 4, (2, n, classes), generator=generator) * 0.25 + 0.05  # 0.05: no candidate
+    want = reference(boxes, scores, **kwargs)
+    assert all(1000 < int(c) < 4000 for c in want[3]), want[3]
+    for flavour in ("standard", "openvino"):
+        model = cached_model(classes, per_class_boxes=per_class_boxes, flavour=flavour, static_boxes=n, **kwargs)
+        topk = [node for node in model.graph.node if node.op_type == "TopK"]
+        assert sum(any(o.startswith(TIE_FREE) for o in node.output) for node in topk) == 2
+        got = run_ort(ort_session(model), boxes, scores) if flavour == "standard" else None
+        if flavour == "openvino":
+            stable = [op.get_attributes()["stable"] for op in read_model(ov.Core(), model.SerializeToString()).get_ops()
+                      if op.get_type_name() == "TopK"]
+            assert sorted(stable) == [False, False] + [True] * (len(topk) - 2)
+            got = run_openvino(openvino_model(model), boxes, scores)
+        for name, w, g in zip(("boxes", "scores", "labels", "num_dets", "index"), want, got, strict=True):
+            assert torch.equal(w, g), f"{flavour}: {name} differ"
+
+
 def test_overlapping_boxes_with_equal_scores_keep_the_lower_index_on_every_runtime() -> None:
     """Chains of overlapping boxes whose scores tie exactly: the contract visits the lower box
     first, so which box of each overlapping pair survives depends on the order alone."""

@@ -14,6 +14,13 @@ from onnx import TensorProto, numpy_helper
 from onnxscript import opset18 as op
 
 NEG_INF = float("-inf")
+TIE_FREE = "fxdeploy_tie_free_topk"
+"""Prefix of the outputs of TopK nodes whose result does not depend on how they order equal keys
+(the keys are unique, or only each key's group is read): a runtime may leave them unstable.
+OpenVINO's executor makes every other TopK stable (``fxdeploy.runtime.openvino.read_model``)."""
+INT32_SQUARE_ROOT = 46340
+"""The largest N whose keys ``dense * N + index`` stay below 2**31: OpenVINO's CPU plugin computes
+int64 as int32."""
 
 
 def const(value: Any, dtype: type = np.int64) -> Any:
@@ -59,6 +66,38 @@ def nan_to_neg_inf(scores: Any) -> Any:
     """NaN scores as -inf. NonMaxSuppression needs no help (any threshold test fails on NaN),
     but ReduceMax and TopK would let a NaN win, so ranking code uses this first."""
     return op.Where(op.IsNaN(scores), const(NEG_INF, np.float32), scores)
+
+
+def _tie_free(value: Any, role: str) -> Any:
+    value.name = f"{TIE_FREE}_{role}_{id(value)}"  # unique in the graph: the value itself is alive
+    return value
+
+
+def descending_positions(values: Any, count: Any, axis: int) -> Any:
+    """int64, the shape of ``values``: where each of its float elements lands when sorted along
+    ``axis`` (of size ``count``, a [1] tensor) by descending value, then ascending index (ONNX TopK's order), without a
+    stable sort: OpenVINO's stable TopK over thousands of elements costs 60 times its unstable one.
+
+    An unstable TopK sorts the values; a CumSum over where the sorted value changes gives each
+    element its dense rank (equal values share one, whatever order the TopK left them in);
+    ``dense * N + index`` is then a unique key in the wanted order, which a second TopK sorts
+    (unique keys: no ties to order). Needs N <= INT32_SQUARE_ROOT; values without NaN.
+    """
+    sorted_values, order = op.TopK(values, count, axis=axis, largest=1, sorted=1)
+    _tie_free(sorted_values, "values")
+    _tie_free(order, "order")
+    previous = op.Concat(
+        op.Slice(sorted_values, const([0]), const([1]), const([axis])),
+        op.Slice(sorted_values, const([0]), const([-1]), const([axis])),
+        axis=axis,
+    )
+    group_starts = op.Cast(op.Not(op.Equal(sorted_values, previous)), to=TensorProto.INT64)
+    zeros = op.ConstantOfShape(op.Shape(order), value=numpy_helper.from_array(np.zeros(1, np.int64)))
+    dense = op.ScatterElements(zeros, order, op.CumSum(group_starts, const(axis)), axis=axis)
+    positions = op.Expand(op.Range(const(0), op.Squeeze(count, const([0])), const(1)), op.Shape(order))
+    _, key_order = op.TopK(op.Add(op.Mul(dense, count), positions), count, axis=axis, largest=0, sorted=1)
+    _tie_free(key_order, "order")
+    return op.ScatterElements(zeros, key_order, positions, axis=axis)
 
 
 def pre_top_k_boxes(scores: Any, pre_top_k: int, num_boxes: Any) -> Any:

@@ -32,8 +32,10 @@ from onnxscript import opset18 as op
 
 from fxdeploy.lowering.onnx_translations import threshold_only
 from fxdeploy.lowering.onnx_translations._common import (
+    INT32_SQUARE_ROOT,
     NEG_INF,
     const,
+    descending_positions,
     dim,
     padded_outputs,
     pre_top_k_boxes,
@@ -95,18 +97,33 @@ def _node_iou_threshold(iou_threshold: float) -> np.float32:
     return np.finfo(np.float32).tiny if threshold == 0 else threshold
 
 
-def _ranks(scores: Any, score_threshold: float) -> Any:
+def _row_length(scores: Any, pre_top_k: int, agnostic: bool) -> int | None:
+    """N' of NonMaxSuppression's score rows, where static: N boxes (at most pre_top_k), times C
+    classes when class-agnostic; None where unknown."""
+    boxes, classes = static_dim(scores, 1), static_dim(scores, 2)
+    if pre_top_k > 0:
+        boxes = pre_top_k if boxes is None else min(boxes, pre_top_k)
+    if agnostic:
+        return None if boxes is None or classes is None else boxes * classes
+    return boxes
+
+
+def _ranks(scores: Any, score_threshold: float, row_length: int | None) -> Any:
     """Scores [B', C', N'] as tie-free keys in the same order: N' - rank along N', where rank
     orders by descending score and then ascending index; non-candidates (score <= threshold) -1,
-    below NonMaxSuppression's threshold of 0 whether a runtime keeps scores > or >= it (OpenVINO)."""
+    below NonMaxSuppression's threshold of 0 whether a runtime keeps scores > or >= it (OpenVINO).
+    ``row_length``: N' where static (the rank then needs no stable TopK)."""
     count = op.Shape(scores, start=2, end=3)
     # NaN never is a candidate; OpenVINO's CPU Greater says NaN > t, so NaN is tested apart
     candidate = op.And(op.Greater(scores, const(np.float32(score_threshold), np.float32)), op.Not(op.IsNaN(scores)))
     clean = op.Where(candidate, scores, const(NEG_INF, np.float32))  # no NaN for TopK to place
-    _, order = op.TopK(clean, count, axis=2, largest=1, sorted=1)
-    positions = op.Expand(op.Range(const(0), op.Squeeze(count, const([0])), const(1)), op.Shape(order))
-    zeros = op.ConstantOfShape(op.Shape(order), value=numpy_helper.from_array(np.zeros(1, np.int64)))
-    rank = op.ScatterElements(zeros, order, positions, axis=2)
+    if row_length is not None and row_length <= INT32_SQUARE_ROOT:
+        rank = descending_positions(clean, count, axis=2)
+    else:  # one TopK, stable (as ONNX's is; OpenVINO's executor asks for it)
+        _, order = op.TopK(clean, count, axis=2, largest=1, sorted=1)
+        positions = op.Expand(op.Range(const(0), op.Squeeze(count, const([0])), const(1)), op.Shape(order))
+        zeros = op.ConstantOfShape(op.Shape(order), value=numpy_helper.from_array(np.zeros(1, np.int64)))
+        rank = op.ScatterElements(zeros, order, positions, axis=2)
     keys = op.Cast(op.Sub(count, rank), to=TensorProto.FLOAT)
     return op.Where(candidate, keys, const(-1.0, np.float32))
 
@@ -204,7 +221,7 @@ def multiclass_nms_standard(
     nms_boxes, nms_scores = _nms_layout(b, s, sizes, agnostic=class_agnostic, per_class=per_class, single=single)
     selected = op.NonMaxSuppression(
         nms_boxes,
-        _ranks(nms_scores, score_threshold),
+        _ranks(nms_scores, score_threshold, _row_length(scores, pre_top_k, class_agnostic)),
         const([effective_cap(max_output_boxes_per_class, keep_top_k, class_agnostic)]),
         const([_node_iou_threshold(iou_threshold)], np.float32),
         const([0.0], np.float32),  # ranks of candidates are >= 1
