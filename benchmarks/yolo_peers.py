@@ -11,7 +11,9 @@ Contenders, each timed end to end (images in, per-image [n, 6] detections out), 
 - ultralytics:<format> for openvino, torchscript, ncnn: the exported network, then Ultralytics'
   ``non_max_suppression`` on the host, as its predictor runs them; OpenVINO as its predictor
   compiles it (no precision hint: bf16 on a CPU with native bf16) and held at f32
-  (``openvino-f32``); fxdeploy's OpenVINO at fp32 and at bf16 (``openvino-bf16``).
+  (``openvino-f32``); fxdeploy's OpenVINO at fp32 and at bf16 (``openvino-bf16``); fxdeploy's
+  ONNX Runtime and OpenVINO with the images of a batch one after the other (``-one-stream``), where
+  by default they run on two streams of one thread each.
 Every contender's detections are matched with eager's (label and IoU >= 0.99, scores within
 1e-3): the table says how many match, miss or are extra.
 """
@@ -129,6 +131,10 @@ def main() -> None:
             model, (images(2, 0),), target="openvino", settings=fxdeploy.Settings(threads=THREADS, precision="bf16",
                                                                                  verify=False),
             dynamic_shapes={"images": {0: ("batch", 1, 8)}})
+    for t in [t for t in ("onnxruntime", "openvino") if t in args.targets]:  # the images of a batch one after the other
+        one_stream = fxdeploy.Settings(threads=THREADS, image_streams=1, verify=False)
+        deployed[f"fxdeploy:{t}-one-stream"] = fxdeploy.lower(
+            model, (images(2, 0),), target=t, settings=one_stream, dynamic_shapes={"images": {0: ("batch", 1, 8)}})
     results = []
     home = Path.cwd()
     with tempfile.TemporaryDirectory() as work, pinned_threads(THREADS), torch.no_grad():

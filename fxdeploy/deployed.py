@@ -121,7 +121,7 @@ class Deployed:
         feeds = self._feeds(flat)
         if self._per_image is None:
             return self._rebuild(self._run(feeds), unpack=unpack)
-        results = [self._rebuild(self._run(image), unpack=unpack) for image in _images(feeds)]
+        results = [self._rebuild(out, unpack=unpack) for out in self._run_images(_images(feeds))]
         return structure.join_images(results, self._per_image["join"])
 
     def execute(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -136,18 +136,25 @@ class Deployed:
         checked = self._feeds([feeds[n] for n in self._names])
         if self._per_image is None:
             return self._run(checked)
-        per_image = [self._run(image) for image in _images(checked)]  # each output gains a batch dim
+        per_image = self._run_images(_images(checked))  # each output gains a batch dim
         return {name: torch.stack([out[name] for out in per_image]) for name in per_image[0]}
 
     def save(self, directory: str | Path) -> Path:
         return artifact.save(self.manifest, self._directory, directory)
 
     def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self._guarded(self.executor.execute, feeds, feeds)
+
+    def _run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+        """A per-image artifact's images, which the executor may run several at once."""
+        return self._guarded(self.executor.execute_images, images, images[0] if images else {})
+
+    def _guarded(self, call: Callable[[Any], Any], arg: Any, feeds: dict[str, torch.Tensor]) -> Any:
         try:
             if self._lock is None:
-                return self.executor.execute(feeds)
+                return call(arg)
             with self._lock:
-                return self.executor.execute(feeds)
+                return call(arg)
         except FxDeployError:
             raise
         except Exception as exc:  # noqa: BLE001 - every runtime raises its own types

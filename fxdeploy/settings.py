@@ -91,6 +91,9 @@ class CacheSettings(_Checked):
 class Settings:
     threads: int = 2
     """intra-op threads for every runtime (pinned the same for fair comparisons)."""
+    image_streams: int = 0
+    """per-image artifacts (a model that loops over its batch): how many images of one call run at
+    once, the threads split among them (ONNX Runtime, OpenVINO); 0: one per thread, at most 4."""
     precision: Precision = "fp32"
     """fp32, or fp16/bf16 where the target supports it (scores and NMS inputs stay fp32)."""
     verify: bool = True
@@ -108,6 +111,8 @@ class Settings:
         check_types(self, "Settings")
         if not 1 <= self.threads <= MAX_THREADS:
             raise ValueError(f"Settings.threads must be in [1, {MAX_THREADS}], got {self.threads}")
+        if self.image_streams < 0:
+            raise ValueError(f"Settings.image_streams must be >= 0 (0: one per thread), got {self.image_streams}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from fxdeploy.settings import Settings
+
 
 @dataclass(frozen=True)
 class Stats:
@@ -75,6 +77,18 @@ class Executor(abc.ABC):
         self.timings.record(time.perf_counter_ns() - start)
         return outputs
 
+    def execute_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+        """A per-image artifact's images of one call, results in order, timed as one call."""
+        start = time.perf_counter_ns()
+        outputs = self._run_images(images) if len(images) > 1 else [self._run(feeds) for feeds in images]
+        self._synchronize()
+        self.timings.record(time.perf_counter_ns() - start)
+        return outputs
+
+    def _run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+        """One after the other; engines that run several requests at once override this."""
+        return [self._run(feeds) for feeds in images]
+
     @property
     def stats(self) -> Stats:
         return self.timings.stats()
@@ -84,6 +98,18 @@ class Executor(abc.ABC):
 
     def _synchronize(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
         """Engines that run asynchronously on a device wait here, inside the timed region."""
+
+
+MAX_STREAMS = 4
+"""Images of one call run at once by default: more sessions or streams cost memory, and gain
+little once each has a single thread."""
+
+
+def stream_count(settings: Settings, images: int) -> int:
+    """How many of ``images`` run at once: ``settings.image_streams``, or one per thread (at most
+    MAX_STREAMS); never more than the images or the threads, since each stream needs a thread."""
+    wanted = settings.image_streams or min(settings.threads, MAX_STREAMS)
+    return max(1, min(wanted, images, settings.threads))
 
 
 def to_torch(array: np.ndarray) -> torch.Tensor:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from fxdeploy.errors import ArtifactError, TargetUnavailableError
-from fxdeploy.runtime.executor import Executor
+from fxdeploy.runtime.executor import Executor, stream_count
 from fxdeploy.settings import Settings
 
 _PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
@@ -21,6 +21,10 @@ class OpenVinoExecutor(Executor):
     An OpenVINO InferRequest must not be used by two threads at once, while the CompiledModel
     may be shared; each thread therefore lazily creates its own request (kept in a
     ``threading.local``), and concurrent ``execute`` calls need no lock.
+
+    The images of a per-image artifact's call run on several CPU streams at once (see
+    ``_run_images``): one stream of two threads runs a small detector image by image at well
+    under twice the speed of one thread.
     """
 
     thread_safe = True
@@ -48,6 +52,9 @@ class OpenVinoExecutor(Executor):
         self._inputs = {name: i for i, port in enumerate(self.compiled.inputs) for name in port.get_names()}
         self._tensor = openvino.Tensor
         self._local = threading.local()
+        self.settings, self.model_path, self._core = settings, model_path, core
+        self._streamed: dict[int, Any] = {}
+        self._streams_lock = threading.Lock()
 
     def _request(self) -> Any:
         request = getattr(self._local, "request", None)
@@ -56,10 +63,14 @@ class OpenVinoExecutor(Executor):
         return request
 
     def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Inputs set as tensors sharing the callers' memory, outputs copied out of the request's
-        buffers (the next call reuses them). ``InferRequest.infer(dict)`` does the same work behind
-        a dict conversion that cost ~28 us a call in place (YOLOS, 0.5 ms)."""
         request = self._request()
+        self._fill(request, feeds)
+        request.infer()
+        return self._read(request)
+
+    def _fill(self, request: Any, feeds: dict[str, torch.Tensor]) -> None:
+        """Inputs set as tensors sharing the callers' memory. ``InferRequest.infer(dict)`` does the
+        same work behind a dict conversion that cost ~28 us a call in place (YOLOS, 0.5 ms)."""
         for name, value in feeds.items():
             index = self._inputs.get(name)
             if index is None:
@@ -67,9 +78,41 @@ class OpenVinoExecutor(Executor):
                     f"openvino: the compiled model has no input {name!r} (it has {sorted(self._inputs)})"
                 )
             request.set_input_tensor(index, self._tensor(value.numpy(), shared_memory=True))
-        request.infer()
+
+    def _read(self, request: Any) -> dict[str, torch.Tensor]:
+        """Outputs copied out of the request's buffers (its next call reuses them)."""
         outputs = zip(self.output_names, self._outputs, strict=True)
         return {name: torch.from_numpy(request.get_output_tensor(index).data.copy()) for name, index in outputs}
+
+    def _run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+        """Per-image artifacts: ``streams`` images at once, on a second CompiledModel with that many
+        CPU streams (compiled on the first call that needs it), the threads split among them."""
+        streams = stream_count(self.settings, len(images))
+        if streams < 2:
+            return super()._run_images(images)
+        requests = self._stream_requests(streams)
+        outputs = []
+        for start in range(0, len(images), streams):
+            wave = list(zip(requests, images[start : start + streams], strict=False))
+            for request, feeds in wave:
+                self._fill(request, feeds)
+                request.start_async()
+            for request, _ in wave:
+                request.wait()
+                outputs.append(self._read(request))
+        return outputs
+
+    def _stream_requests(self, streams: int) -> list[Any]:
+        """This thread's requests on the model compiled for ``streams`` streams."""
+        mine = self._local.__dict__.setdefault("streams", {})
+        if streams not in mine:
+            with self._streams_lock:
+                if streams not in self._streamed:
+                    config = dict(self.config, NUM_STREAMS=streams, PERFORMANCE_HINT="THROUGHPUT")
+                    core = self._core
+                    self._streamed[streams] = core.compile_model(read_model(core, self.model_path), "CPU", config)
+            mine[streams] = [self._streamed[streams].create_infer_request() for _ in range(streams)]
+        return mine[streams]
 
 
 def read_model(core: Any, model: Path | bytes) -> Any:

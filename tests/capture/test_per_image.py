@@ -9,6 +9,7 @@ import fxdeploy
 from fxdeploy.capture import capture, per_image
 from fxdeploy.errors import CaptureError
 from fxdeploy.structure import join_images
+from tests.helpers import require_target
 
 
 class LoopsOverImages(torch.nn.Module):
@@ -81,6 +82,32 @@ def test_per_image_artifact_matches_eager_at_every_batch(tmp_path) -> None:
             torch.testing.assert_close(got, want)
     with pytest.raises(fxdeploy.InputError, match="batch"):
         deployed(torch.rand(7, 2, 4, 4))
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_the_images_of_a_call_run_on_streams_and_match_eager(target: str) -> None:
+    """Three threads: up to three images at once (one thread each), in waves where the batch is
+    larger; the results come back in image order. image_streams=1 runs them one by one."""
+    from fxdeploy.runtime.executor import stream_count
+
+    require_target(target)
+    model = LoopsOverImages()
+    example = (torch.rand(2, 2, 4, 4),)
+    shapes = {"x": {0: ("batch", 1, 8)}}
+    streamed = fxdeploy.lower(model, example, target=target, dynamic_shapes=shapes,
+                              settings=fxdeploy.Settings(threads=3))
+    serial = fxdeploy.lower(model, example, target=target, dynamic_shapes=shapes,
+                            settings=fxdeploy.Settings(threads=3, image_streams=1))
+    for batch in (1, 2, 5, 8):
+        x = torch.rand(batch, 2, 4, 4)
+        want = model(x)
+        for runner in (streamed, serial):
+            count = runner.stats.count
+            torch.testing.assert_close(runner(x), want, rtol=0, atol=0)
+            assert runner.stats.count == count + 1  # one engine call, however many images
+    pools = "_streams" if target == "onnxruntime" else "_streamed"
+    assert sorted(getattr(streamed.executor, pools)) == [2, 3] and not getattr(serial.executor, pools)
+    assert [stream_count(fxdeploy.Settings(threads=t), n) for t, n in ((2, 4), (8, 8), (8, 3), (1, 4))] == [2, 4, 3, 1]
 
 
 def test_capture_gives_back_attributes_that_forward_set() -> None:
