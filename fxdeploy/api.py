@@ -242,6 +242,7 @@ def _manifest(
             info, capture_mode=captured.mode, substitutions=captured.substitutions,
             precision=gm.meta.get(PRECISION, {"policy": settings.precision}),
             **({"widened_dims": captured.widened_dims} if captured.widened_dims else {}),
+            **({"dim_changes": captured.dim_changes} if captured.dim_changes else {}),
         ),
     }
 

@@ -19,6 +19,7 @@ def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> 
     if info.get("widened_dims"):
         lines.append(f"- captured on the example repeated to size 2 along {', '.join(info['widened_dims'])} "
                      "(its size 1 would have been fixed by torch.export)")
+    lines += [f"- {change}" for change in info.get("dim_changes", [])]
     if lower_seconds is not None:
         lines.append(f"- lowering time: {lower_seconds:.2f} s")
     lines += ["", "## Inputs and outputs", "", "| name | dtype | shape |", "|---|---|---|"]

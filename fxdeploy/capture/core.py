@@ -23,7 +23,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy import dims as dims_mod
 from fxdeploy import structure, substitution
-from fxdeploy.capture import per_image
+from fxdeploy.capture import fixes, per_image
 from fxdeploy.capture.errors import explain
 from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError
@@ -59,6 +59,8 @@ class Captured:
     batch_inputs: list[torch.Tensor] | None = None
     # dynamic dims whose example size was 1, captured on the example repeated to 2 (capture/widen.py)
     widened_dims: list[str] = field(default_factory=list)
+    # declared dims the artifact takes otherwise (fxdeploy.capture.fixes): fixes applied, ranges narrowed
+    dim_changes: list[str] = field(default_factory=list)
 
 
 def capture(
@@ -106,23 +108,30 @@ def capture(
         template = eager_outputs if structure.has_unregistered_dataclass(eager_outputs) else None
         target = _plain_outputs(model) if template is not None else model
         batch = per_image.batch_dim(export_shapes, flat_inputs)
+        changes: list[str] = []
         try:
             ep, mode, applied = _export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
         except CaptureError as exc:
-            if batch is None or not per_image.specialized(exc.__cause__ or exc, batch.name):
+            if batch is not None and per_image.specialized(exc.__cause__ or exc, batch.name):
+                logger.info("the model fixes its batch %r: capturing one image", batch.name)
+                mode = "strict" if getattr(exc, "strict", False) else settings.capture.mode
+                start = (mode, getattr(exc, "real_values", False))
+                captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs, start)
+                if captured is None:
+                    raise  # the batch's own error says what to change
+                captured.widened_dims = widened
+                return captured
+            fixed = fixes.apply(export_shapes, fixes.suggested(exc.__cause__))
+            if fixed is None:
                 raise
-            logger.info("the model fixes its batch %r: capturing one image", batch.name)
-            mode = "strict" if getattr(exc, "strict", False) else settings.capture.mode
-            start = (mode, getattr(exc, "real_values", False))
-            captured = _try_one_image(model, args, kwargs, subs, settings, batch, flat_inputs, start)
-            if captured is None:
-                raise  # the batch's own error says what to change
-            captured.widened_dims = widened
-            return captured
+            export_shapes, changes = fixed
+            ep, mode, applied = _export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
         _check_structure(ep, eager_outputs, template, [s for s in subs if s.name in applied])
         unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
         captured = _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
-        captured.widened_dims = widened
+        changes += fixes.narrowed(export_shapes, captured.dims)
+        fixes.warn(changes)
+        captured.widened_dims, captured.dim_changes = widened, changes
         return captured
 
 

@@ -51,13 +51,29 @@ def explain(exc: BaseException, model: Any, subs: Any) -> str:
             "a size-1 tensor input to size 2 itself, but not a size of 0 or a tensor nested in a list or "
             "dict: give that example a size of 2 or more there (the range can still start at 1)."
         )
-    for line in text.splitlines():
-        if line.strip().startswith("- ") and ("dynamic" in line or "specialized" in line):
-            lines.append(f"  torch.export: {line.strip()[2:]}")
+    lines += _diagnosis(text)
     active = [s.name for s in subs]
     if active:
         lines.append(f"  substitutions active during this capture: {', '.join(active)}")
     return "\n".join(lines)
+
+
+def _diagnosis(text: str, most: int = 8) -> list[str]:
+    """torch.export's own diagnosis, which its first line leaves out: each violated guard or
+    specialization ("- Not all values of samples ... satisfy the generated guard ...") and its
+    suggested fixes, at most ``most`` guard lines."""
+    guards = [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("- ")]
+    lines = [f"  torch.export: {guard}" for guard in guards[:most]]
+    if len(guards) > most:
+        lines.append(f"  torch.export: ... and {len(guards) - most} more")
+    if "Suggested fixes:" in text:
+        fixes = []
+        for line in text.split("Suggested fixes:", 1)[1].splitlines()[1:]:
+            if not line.strip():
+                break
+            fixes.append(f"      {line.strip()}")
+        lines += ["  torch.export's suggested fixes (for dynamic_shapes):", *fixes]
+    return lines
 
 
 def _is_data_dependent(exc: BaseException) -> bool:

@@ -1,0 +1,147 @@
+"""torch.export's suggested fixes for dims the model constrains: applied, warned about, recorded.
+
+A model's code can constrain a dynamic dim: ``x.view(b, -1, 20)`` needs the sample count to be a
+multiple of 20, ``torch._check(n >= 3)`` raises its minimum. torch.export then refuses with
+"Constraints violated" and prints the dims that would hold (``samples = 20*_samples``,
+``batch = Dim('batch', min=3, max=8)``). fxdeploy applies those fixes and captures once more. A
+fix that narrows the declared range, or fixes a dim to one size, changes what the artifact
+accepts, so each fix is a ``DimWarning`` naming the dim, the declared range and the new one,
+and is recorded in the manifest (``info["dim_fixes"]``) and the report. ``Deployed`` then checks
+calls against the fixed dims (a sample count that is not a multiple of 20 is an ``InputError``).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from fxdeploy.dims import INT_MAX, finite_or
+
+
+class DimWarning(UserWarning):
+    """The artifact accepts other sizes of a dynamic dim than the ones declared: fxdeploy applied
+    torch.export's suggested fix, or torch.export narrowed the range."""
+
+
+_LINE = re.compile(r"^\s*(?P<name>\w+) = (?P<expr>\S.*?)\s*$")
+_DIM = re.compile(r"^Dim\('(?P<name>\w+)'(?:, min=(?P<min>\d+))?(?:, max=(?P<max>\d+))?\)$")
+_DERIVED = re.compile(r"^(?:(?P<a>\d+)\*)?(?P<root>\w+)(?: (?P<sign>[+-]) (?P<b>\d+))?$")
+
+
+def suggested(exc: BaseException | None) -> dict[str, str]:
+    """torch.export's "Suggested fixes:" block as {dim name: expression}; empty where it has none."""
+    text = str(exc) if exc is not None else ""
+    if "Suggested fixes:" not in text:
+        return {}
+    fixes: dict[str, str] = {}
+    for line in text.split("Suggested fixes:", 1)[1].splitlines()[1:]:
+        match = _LINE.match(line)
+        if match is None:
+            break
+        fixes[match["name"]] = match["expr"]
+    return fixes
+
+
+def apply(export_shapes: Any, fixes: dict[str, str]) -> tuple[Any, list[str]] | None:
+    """``export_shapes`` with each fixed dim replaced (a Dim, a derived dim, or None for a single
+    size), and one line per fix for the warning and the manifest; None where a fix is not
+    understood or names no dim of ``export_shapes`` (capture then reports torch's own error)."""
+    declared = {dim.__name__: dim for dim in _dims(export_shapes)}
+    roots: dict[str, Any] = dict(declared)
+    built: dict[str, Any] = {}
+    for name, expr in sorted(fixes.items(), key=lambda item: not _DIM.match(item[1])):  # new roots first
+        value = _build(expr, roots)
+        if value is _UNKNOWN:
+            return None
+        built[name] = roots[name] = value
+    if not set(built) & set(declared):
+        return None
+    lines = [_describe(name, declared.get(name), built[name], fixes[name]) for name in sorted(built)
+             if name in declared]
+    return _replace(export_shapes, built), lines
+
+
+def narrowed(export_shapes: Any, dims: Mapping[str, Any]) -> list[str]:
+    """One line per declared dim whose captured range is narrower than declared. torch.export
+    narrows without an error where the model's code allows no smaller size (a root of derived
+    dims below 2, a size the code specializes); the artifact then refuses those sizes."""
+    lines = []
+    for dim in {d.__name__: d for d in _dims(export_shapes)}.values():
+        captured = dims.get(dim.__name__)
+        if captured is None:
+            continue
+        low, high = getattr(dim, "min", 0), finite_or(getattr(dim, "max", INT_MAX), INT_MAX)
+        if captured.min > low or captured.max < high:
+            lines.append(f"dim {dim.__name__!r} declared {_range(dim)} narrowed by torch.export to "
+                         f"[{captured.min}, {captured.max if captured.max < INT_MAX else 'inf'}]: "
+                         "the artifact refuses the sizes outside it")
+    return lines
+
+
+def warn(lines: list[str]) -> None:
+    for line in lines:
+        warnings.warn(line, DimWarning, stacklevel=4)
+
+
+_UNKNOWN = object()
+
+
+def _build(expr: str, roots: dict[str, Any]) -> Any:
+    if expr.isdigit():
+        return int(expr)
+    match = _DIM.match(expr)
+    if match is not None:
+        low, high = match["min"], match["max"]
+        return torch.export.Dim(match["name"], **({"min": int(low)} if low else {}),
+                                **({"max": int(high)} if high else {}))
+    match = _DERIVED.match(expr)
+    if match is None or match["root"] not in roots or isinstance(roots[match["root"]], int):
+        return _UNKNOWN
+    dim = roots[match["root"]]
+    if match["a"]:
+        dim = int(match["a"]) * dim
+    if match["b"]:
+        dim = dim + int(match["b"]) if match["sign"] == "+" else dim - int(match["b"])
+    return dim
+
+
+def _describe(name: str, declared: Any, value: Any, expr: str) -> str:
+    was = _range(declared)
+    if isinstance(value, int):
+        return (f"dim {name!r} declared {was} is fixed to {value} by the model (torch.export's suggested fix, "
+                "applied): the artifact takes only that size")
+    new = f" ({_range(value)})" if _DIM.match(expr) else ""
+    return f"dim {name!r} declared {was} becomes {expr}{new}, torch.export's suggested fix, applied"
+
+
+def _range(dim: Any) -> str:
+    low, high = getattr(dim, "min", 0), finite_or(getattr(dim, "max", INT_MAX), INT_MAX)
+    return f"[{low}, {high if high < INT_MAX else 'inf'}]"
+
+
+def _dims(shapes: Any) -> list[Any]:
+    if isinstance(shapes, Mapping):
+        return [d for v in shapes.values() for d in _dims(v)]
+    if isinstance(shapes, (list, tuple)):
+        return [d for v in shapes for d in _dims(v)]
+    if hasattr(shapes, "root"):  # a derived dim (20*_samples): its root is the declared dim
+        return [shapes.root]
+    if shapes is not None and hasattr(shapes, "__name__"):
+        return [shapes]
+    return []
+
+
+def _replace(shapes: Any, built: dict[str, Any]) -> Any:
+    if isinstance(shapes, Mapping):
+        return type(shapes)((k, _replace(v, built)) for k, v in shapes.items())
+    if isinstance(shapes, (list, tuple)):
+        return type(shapes)(_replace(v, built) for v in shapes)
+    name = getattr(shapes, "__name__", None)
+    if name in built and not hasattr(shapes, "root"):
+        value = built[name]
+        return None if isinstance(value, int) else value
+    return shapes

@@ -1,0 +1,87 @@
+"""torch.export's suggested fixes: applied to the declared dims, warned about, recorded, enforced."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fxdeploy
+from fxdeploy.capture import fixes
+from fxdeploy.capture.errors import explain
+from fxdeploy.report import render_report
+
+REFUSAL = """Constraints violated (samples)! For more information, run with TORCH_LOGS="+dynamic".
+  - Not all values of samples = L['x'].size()[1] in the specified range 20 <= samples <= 4000 satisfy \
+the generated guard (L['x'].size()[1] // 20) != 1.
+Suggested fixes:
+  _samples = Dim('_samples', min=1, max=200)
+  samples = 20*_samples
+
+The error above occurred when calling torch.export.export."""
+
+
+class Chunks(torch.nn.Module):
+    """Sums chunks of 20 samples, as an audio front end's framing does: samples % 20 == 0."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0], -1, 20).sum(-1)
+
+
+class AtLeastThree(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._check(x.shape[0] >= 3)
+        return x * 2
+
+
+def test_suggested_fixes_parse_into_dims() -> None:
+    assert fixes.suggested(RuntimeError(REFUSAL)) == {"_samples": "Dim('_samples', min=1, max=200)",
+                                                      "samples": "20*_samples"}
+    assert fixes.suggested(RuntimeError("Constraints violated (x)!")) == {}
+    samples, height = torch.export.Dim("samples", min=20, max=4000), torch.export.Dim("h", max=512)
+    shapes, lines = fixes.apply({"x": {1: samples}, "y": [None, height]},
+                                {"_samples": "Dim('_samples', min=1, max=200)", "samples": "20*_samples", "h": "96"})
+    assert str(shapes["x"][1]) == str(20 * torch.export.Dim("_samples", min=1, max=200))
+    assert shapes["y"] == [None, None]  # fixed to one size: static
+    assert lines == ["dim 'h' declared [0, 512] is fixed to 96 by the model (torch.export's suggested fix, applied): "
+                     "the artifact takes only that size",
+                     "dim 'samples' declared [20, 4000] becomes 20*_samples, torch.export's suggested fix, applied"]
+    assert fixes.apply({"x": {1: samples}}, {"samples": "samples // 3"}) is None  # not understood: torch's error
+    assert fixes.apply({"x": {1: samples}}, {"other": "Dim('other')"}) is None  # names no declared dim
+
+
+def test_a_multiple_that_the_model_needs_is_applied_warned_recorded_and_enforced() -> None:
+    model = Chunks()
+    with pytest.warns(fixes.DimWarning) as warned:
+        deployed = fxdeploy.lower(model, (torch.rand(2, 400),), target="onnxruntime",
+                                  dynamic_shapes={"x": {0: ("batch", 1, 8), 1: ("samples", 20, 4000)}})
+    messages = [str(w.message) for w in warned]
+    assert messages == [
+        "dim 'samples' declared [20, 4000] becomes 20*_samples, torch.export's suggested fix, applied",
+        "dim '_samples' declared [1, 200] narrowed by torch.export to [2, 200]: the artifact refuses the sizes "
+        "outside it",
+    ]
+    assert deployed.manifest["info"]["dim_changes"] == messages
+    assert deployed.manifest["inputs"][0]["shape"] == ["batch", "20*_samples"]
+    assert all(f"- {m}" in render_report(deployed) for m in messages)
+    for shape in ((1, 60), (3, 400), (8, 4000)):
+        x = torch.rand(shape)
+        torch.testing.assert_close(deployed(x), model(x))
+    with pytest.raises(fxdeploy.InputError, match=r"dim 1 must be 20\*_samples for an integer _samples, got 70"):
+        deployed(torch.rand(2, 70))
+
+
+def test_a_minimum_the_model_checks_narrows_the_range_and_calls_below_it_are_refused() -> None:
+    with pytest.warns(fixes.DimWarning, match=r"dim 'batch' declared \[1, 8\] becomes .*\(\[3, 8\]\)"):
+        deployed = fxdeploy.lower(AtLeastThree(), (torch.rand(4, 3),), target="onnxruntime",
+                                  dynamic_shapes={"x": {0: ("batch", 1, 8)}})
+    assert deployed.manifest["dims"]["batch"]["min"] == 3
+    with pytest.raises(fxdeploy.InputError, match=r"dim 0 \(batch\) must be in \[3, 8\], got 2"):
+        deployed(torch.rand(2, 3))
+
+
+def test_a_refusal_carries_torchs_guards_and_suggested_fixes() -> None:
+    text = explain(RuntimeError(REFUSAL), Chunks(), [])
+    assert "torch.export: Not all values of samples" in text and "generated guard" in text
+    fix = "      _samples = Dim('_samples', min=1, max=200)"
+    assert f"torch.export's suggested fixes (for dynamic_shapes):\n{fix}" in text
+    assert "      samples = 20*_samples" in text
