@@ -52,8 +52,8 @@ def export_multiclass_nms(
     static_boxes: int | None = None,
     **nms_kwargs: Any,
 ) -> onnx.ModelProto:
-    """Export with symbolic batch and box dims, so one model serves every B and N (N fixed at
-    ``static_boxes`` where given, as after a detector's padding).
+    """Export with symbolic batch and box dims, so one model serves every B and N (or static at
+    B = 2 and N = ``static_boxes`` where given, as in a per-image detector after padding).
 
     The example has B = 2 and N = 8: torch.export specializes dims whose example size is 0 or 1.
     """
@@ -61,8 +61,8 @@ def export_multiclass_nms(
     inputs = example_inputs(2, static_boxes or 8, num_classes, per_class_boxes=per_class_boxes)
     args = tuple(t.to(dtype) for t in inputs)
     batch = torch.export.Dim("batch", min=1, max=64)
-    num = torch.export.Dim("num_boxes", min=2, max=100_000) if static_boxes is None else None
-    shapes = ({0: batch, 1: num}, {0: batch, 1: num})
+    num = torch.export.Dim("num_boxes", min=2, max=100_000)
+    shapes = ({0: batch, 1: num}, {0: batch, 1: num}) if static_boxes is None else None
     ep = torch.export.export(module, args, dynamic_shapes=shapes, strict=True)
     program = torch.onnx.export(
         ep,

@@ -183,11 +183,12 @@ def test_nan_scores_neither_rank_in_pre_top_k_nor_get_selected() -> None:
 
 
 @pytest.mark.parametrize("per_class_boxes", [False, True], ids=["shared_boxes", "per_class_boxes"])
-def test_a_static_box_count_ranks_ties_without_a_stable_sort(per_class_boxes: bool) -> None:
-    """Where N is static (a detector after padding), the ranks come from two TopKs whose result
-    does not depend on how they order ties, and OpenVINO's executor leaves exactly those two
-    unstable (its stable TopK costs tens of times more). Thousands of boxes in chains that overlap,
-    with scores on four levels: which box of each pair survives rests on the tie order alone."""
+def test_static_sizes_rank_and_merge_ties_without_a_stable_sort(per_class_boxes: bool) -> None:
+    """Where B and N are static (a per-image detector after padding), the ranks and the merge's
+    top K each come from two TopKs whose result does not depend on how they order ties, and
+    OpenVINO's executor leaves exactly those four unstable (its stable TopK costs tens of times
+    more). Thousands of boxes in chains that overlap, with scores on four levels: which box of
+    each pair survives, and the order of the K rows, rest on the tie order alone."""
     from fxdeploy.lowering.onnx_translations._common import TIE_FREE
     from fxdeploy.runtime.openvino import read_model
 
@@ -207,12 +208,12 @@ def test_a_static_box_count_ranks_ties_without_a_stable_sort(per_class_boxes: bo
     for flavour in ("standard", "openvino"):
         model = cached_model(classes, per_class_boxes=per_class_boxes, flavour=flavour, static_boxes=n, **kwargs)
         topk = [node for node in model.graph.node if node.op_type == "TopK"]
-        assert sum(any(o.startswith(TIE_FREE) for o in node.output) for node in topk) == 2
+        assert sum(any(o.startswith(TIE_FREE) for o in node.output) for node in topk) == 4
         got = run_ort(ort_session(model), boxes, scores) if flavour == "standard" else None
         if flavour == "openvino":
             stable = [op.get_attributes()["stable"] for op in read_model(ov.Core(), model.SerializeToString()).get_ops()
                       if op.get_type_name() == "TopK"]
-            assert sorted(stable) == [False, False] + [True] * (len(topk) - 2)
+            assert sorted(stable) == [False] * 4 + [True] * (len(topk) - 4)
             got = run_openvino(openvino_model(model), boxes, scores)
         for name, w, g in zip(("boxes", "scores", "labels", "num_dets", "index"), want, got, strict=True):
             assert torch.equal(w, g), f"{flavour}: {name} differ"

@@ -73,10 +73,11 @@ def _tie_free(value: Any, role: str) -> Any:
     return value
 
 
-def descending_positions(values: Any, count: Any, axis: int) -> Any:
-    """int64, the shape of ``values``: where each of its float elements lands when sorted along
-    ``axis`` (of size ``count``, a [1] tensor) by descending value, then ascending index (ONNX TopK's order), without a
-    stable sort: OpenVINO's stable TopK over thousands of elements costs 60 times its unstable one.
+def descending_order(values: Any, count: Any, axis: int, k: Any) -> Any:
+    """int64: the indices of the first ``k`` elements of float ``values`` along ``axis`` (of size
+    ``count``, a [1] tensor) by descending value, then ascending index (ONNX TopK's order),
+    without a stable sort: OpenVINO's stable TopK over thousands of elements costs tens of times
+    its unstable one.
 
     An unstable TopK sorts the values; a CumSum over where the sorted value changes gives each
     element its dense rank (equal values share one, whatever order the TopK left them in);
@@ -94,10 +95,20 @@ def descending_positions(values: Any, count: Any, axis: int) -> Any:
     group_starts = op.Cast(op.Not(op.Equal(sorted_values, previous)), to=TensorProto.INT64)
     zeros = op.ConstantOfShape(op.Shape(order), value=numpy_helper.from_array(np.zeros(1, np.int64)))
     dense = op.ScatterElements(zeros, order, op.CumSum(group_starts, const(axis)), axis=axis)
-    positions = op.Expand(op.Range(const(0), op.Squeeze(count, const([0])), const(1)), op.Shape(order))
-    _, key_order = op.TopK(op.Add(op.Mul(dense, count), positions), count, axis=axis, largest=0, sorted=1)
-    _tie_free(key_order, "order")
-    return op.ScatterElements(zeros, key_order, positions, axis=axis)
+    _, key_order = op.TopK(op.Add(op.Mul(dense, count), positions(order, count)), k, axis=axis, largest=0, sorted=1)
+    return _tie_free(key_order, "order")
+
+
+def positions(like: Any, count: Any) -> Any:
+    """0 .. count-1 along the last axis, expanded to the shape of ``like``."""
+    return op.Expand(op.Range(const(0), op.Squeeze(count, const([0])), const(1)), op.Shape(like))
+
+
+def descending_positions(values: Any, count: Any, axis: int) -> Any:
+    """int64, the shape of ``values``: where each element lands in ``descending_order`` (the last axis)."""
+    order = descending_order(values, count, axis, count)
+    zeros = op.ConstantOfShape(op.Shape(order), value=numpy_helper.from_array(np.zeros(1, np.int64)))
+    return op.ScatterElements(zeros, order, positions(order, count), axis=axis)
 
 
 def pre_top_k_boxes(scores: Any, pre_top_k: int, num_boxes: Any) -> Any:

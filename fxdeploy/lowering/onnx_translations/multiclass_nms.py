@@ -35,6 +35,7 @@ from fxdeploy.lowering.onnx_translations._common import (
     INT32_SQUARE_ROOT,
     NEG_INF,
     const,
+    descending_order,
     descending_positions,
     dim,
     padded_outputs,
@@ -176,18 +177,37 @@ def _decode(
     return row, cls, element, score
 
 
+def _merge_length(scores: Any, pre_top_k: int, cap: int, agnostic: bool, keep_top_k: int) -> int | None:
+    """M + K, the merge matrix's row length, bounded where B, N and C are static (a per-image
+    artifact): NonMaxSuppression selects each (box, class) pair at most once, and at most ``cap``
+    of each (image, class) group (one group an image where class-agnostic)."""
+    batch, boxes, classes = (static_dim(scores, axis) for axis in range(3))
+    if batch is None or boxes is None or classes is None:
+        return None
+    if pre_top_k > 0:
+        boxes = min(boxes, pre_top_k)
+    groups = batch if agnostic else batch * classes
+    return min(batch * boxes * classes, groups * cap) + keep_top_k
+
+
 def _top_k_per_image(
-    image: Any, score: Any, table: Any, boxes: Any, batch: Any, keep_top_k: int
+    image: Any, score: Any, table: Any, boxes: Any, batch: Any, keep_top_k: int, tie_free: bool
 ) -> tuple[Any, Any, Any, Any, Any]:
     """Spec steps 4-5: a [B, M + K] score matrix (-inf outside the row's image), TopK K per row,
     then padding. ``table`` [M, 3] holds (label, box index, row in ``boxes`` [R, 4]); boxes are
-    only gathered for the B x K winners, from ``boxes`` plus one zero row (row -1)."""
+    only gathered for the B x K winners, from ``boxes`` plus one zero row (row -1).
+    ``tie_free``: the row length is known to be at most INT32_SQUARE_ROOT, so the order comes
+    from ``descending_order`` rather than a stable TopK."""
     owner = op.Unsqueeze(op.Concat(image, const(np.full(keep_top_k, -1)), axis=0), const([0]))
     images = op.Unsqueeze(op.Range(const(0), op.Squeeze(batch, const([0])), const(1)), const([1]))
     neg_inf = const(NEG_INF, np.float32)
     padded = op.Unsqueeze(op.Concat(score, const(np.zeros(keep_top_k), np.float32), axis=0), const([0]))
     matrix = op.Where(op.Equal(owner, images), padded, neg_inf)
-    top_scores, position = op.TopK(matrix, const([keep_top_k]), axis=1, largest=1, sorted=1)
+    if tie_free:
+        position = descending_order(matrix, op.Shape(matrix, start=1, end=2), 1, const([keep_top_k]))
+        top_scores = op.GatherElements(matrix, position, axis=1)
+    else:
+        top_scores, position = op.TopK(matrix, const([keep_top_k]), axis=1, largest=1, sorted=1)
     filled = op.Greater(top_scores, neg_inf)
     winners = op.Gather(op.Concat(table, const(np.full((keep_top_k, 3), -1)), axis=0), position, axis=0)
     label, index, box_row = (op.Squeeze(c, const([2])) for c in op.Split(winners, axis=2, num_outputs=3))
@@ -219,10 +239,11 @@ def multiclass_nms_standard(
         return op.CastLike(det_boxes, boxes), op.CastLike(det_scores, scores), det_labels, num_dets, det_index
     sizes = (batch, num_boxes, num_classes)
     nms_boxes, nms_scores = _nms_layout(b, s, sizes, agnostic=class_agnostic, per_class=per_class, single=single)
+    cap = effective_cap(max_output_boxes_per_class, keep_top_k, class_agnostic)
     selected = op.NonMaxSuppression(
         nms_boxes,
         _ranks(nms_scores, score_threshold, _row_length(scores, pre_top_k, class_agnostic)),
-        const([effective_cap(max_output_boxes_per_class, keep_top_k, class_agnostic)]),
+        const([cap]),
         const([_node_iou_threshold(iou_threshold)], np.float32),
         const([0.0], np.float32),  # ranks of candidates are >= 1
         center_point_box=0,
@@ -238,8 +259,10 @@ def multiclass_nms_standard(
     if class_agnostic:
         key = op.Add(op.Mul(op.Add(op.Mul(image, num_classes), label), num_boxes), local)
         image, score, table = _class_major(key, image, score, table)
+    length = _merge_length(scores, pre_top_k, cap, class_agnostic, keep_top_k)
     det_boxes, det_scores, det_labels, num_dets, det_index = _top_k_per_image(
-        image, score, table, op.Reshape(b, const([-1, 4])), batch, keep_top_k
+        image, score, table, op.Reshape(b, const([-1, 4])), batch, keep_top_k,
+        tie_free=length is not None and length <= INT32_SQUARE_ROOT,
     )
     return op.CastLike(det_boxes, boxes), op.CastLike(det_scores, scores), det_labels, num_dets, det_index
 
