@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fxdeploy.partition import host_postprocess_split
 from fxdeploy.passes.base import Pass
+from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
 from fxdeploy.passes.float_attention_mask import float_attention_mask
 from fxdeploy.passes.fold_constants import fold_constants
 from fxdeploy.passes.max_indices import max_indices
@@ -28,6 +29,12 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 # describes). It makes every data-dependent size static, every NMS a multiclass_nms included.
 # precision_policy after pad_compactions: it keeps the NMS inputs (and their box decoding) in fp32.
 ONNX: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, tensorize_outputs)
+# ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
+# exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
+# and after precision_policy (which keeps sigmoids in fp32 by name).
+ONNXRUNTIME: tuple[Pass, ...] = (
+    *CLEANUP, pad_compactions, precision_policy, exact_score_sigmoid, tensorize_outputs,
+)
 TORCHSCRIPT: tuple[Pass, ...] = ONNX
 # ncnn: no precision policy (ncnn's own fp16 switches set the precision, engine-wide), then the
 # pnnx/ncnn workarounds (they change no outputs), then the host split last: it cuts the final
@@ -43,7 +50,7 @@ NCNN: tuple[Pass, ...] = (
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {
-    "onnxruntime": ONNX,
+    "onnxruntime": ONNXRUNTIME,
     "openvino": ONNX,
     "tensorrt": ONNX,
     "ncnn": NCNN,
