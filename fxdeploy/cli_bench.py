@@ -40,6 +40,9 @@ def add_parsers(sub: Any) -> None:
     compare.add_argument("--score-atol", type=float, default=1e-4, help="score tolerance for matched detections")
     compare.add_argument("--threads", type=int, default=2)
     compare.add_argument("--dynamic", action="append", default=[], metavar="INPUT:DIM[:NAME[:MIN:MAX]]")
+    compare.add_argument("--batch", type=int, nargs="+", metavar="N",
+                         help="compare at these batch sizes, the example's rows cycled along dim 0, each target "
+                              "lowered once (without --dynamic, dim 0 of every input is one dynamic batch dim)")
     compare.set_defaults(func=_cmd_compare)
 
 
@@ -98,7 +101,7 @@ def run_compare(args: argparse.Namespace, transform: Mapping[str, Callable[[Any]
         tolerances=Tolerances(args.atol, args.rtol, args.iou, args.score_atol),
         settings=dataclasses.replace(Settings(), threads=args.threads),
         dynamic_shapes=parse_dynamic(args.dynamic), substitutions=load_substitutions(args.model),
-        transform=transform,
+        transform=transform, batches=args.batch,
     )
     print(report)
     return report.exit_code()

@@ -7,9 +7,10 @@ markdown table and a PNG. Timing lives here and in ``benchmarks/``, never in tes
 from __future__ import annotations
 
 from fxdeploy.bench.report import markdown, plot
-from fxdeploy.bench.runner import rebatch, run_benchmark
+from fxdeploy.bench.runner import run_benchmark
 from fxdeploy.bench.schema import SCHEMA, SCHEMA_VERSION, validate
 from fxdeploy.bench.timing import Budget, measure, measure_interleaved, pinned_threads, summarize
+from fxdeploy.compare.batches import rebatch
 
 __all__ = [
     "SCHEMA",

@@ -21,6 +21,7 @@ from fxdeploy.bench.progress import Progress
 from fxdeploy.bench.schema import SCHEMA_VERSION, machine_info
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, round_medians, summarize
 from fxdeploy.compare.api import eval_mode, reference_outputs
+from fxdeploy.compare.batches import rebatch
 from fxdeploy.compare.outputs import Tolerances, compare_outputs, max_abs_error
 from fxdeploy.settings import Settings
 
@@ -147,21 +148,6 @@ def _row_json(row: Row, parity: dict[str, Any], samples: list[float] | None, fai
         "cv_warning": bool(summary and summary["cv_warning"]),
         "round_medians_ms": rounds,
     }
-
-
-def rebatch(inputs: tuple[Any, ...], batch: int | None) -> tuple[Any, ...]:
-    """Inputs with dim 0 resized to ``batch`` by cycling the example rows (deterministic)."""
-    if batch is None:
-        return inputs
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-
-    def resize(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor) or x.dim() == 0:
-            return x
-        return x[torch.arange(batch) % x.shape[0]].contiguous()
-
-    return tuple(pytree.tree_map(resize, inputs))
 
 
 def _leading_dim(args: tuple[Any, ...]) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from fxdeploy.capture import eval_mode
+from fxdeploy.compare.batches import batch_dims, rebatch
 from fxdeploy.compare.outputs import Comparison, Tolerances, compare_outputs, max_abs_error
 from fxdeploy.settings import Settings
 
@@ -42,6 +43,8 @@ class CompareReport:
     input_shapes: list[tuple[int, ...]]
     tolerances: Tolerances
     targets: list[TargetComparison]
+    batches: list[int] = field(default_factory=list)
+    """The batch sizes compared at (the example's rows cycled); empty: the example as given."""
 
     @property
     def ok(self) -> bool:
@@ -53,7 +56,9 @@ class CompareReport:
     def __str__(self) -> str:
         tol = self.tolerances
         lines = [
-            f"compare {self.model} on inputs {self.input_shapes} against eager PyTorch "
+            f"compare {self.model} on inputs {self.input_shapes}"
+            + (f" at batch {', '.join(map(str, self.batches))}" if self.batches else "")
+            + " against eager PyTorch "
             f"(atol {tol.atol:g}, rtol {tol.rtol:g}; detections: IoU >= {tol.iou:g}, score atol {tol.score_atol:g})"
         ]
         for t in self.targets:
@@ -81,6 +86,7 @@ def compare(
     dynamic_shapes: Any = None,
     substitutions: dict[Any, Any] | None = None,
     transform: Mapping[str, Transform] | None = None,
+    batches: Sequence[int] | None = None,
 ) -> CompareReport:
     """Lower ``model`` to each target and compare its outputs on ``inputs`` with eager PyTorch.
 
@@ -88,6 +94,10 @@ def compare(
     element-wise check would raise before a report (or a detection-aware match) could be made.
     ``transform`` maps a target name to a function applied to that target's outputs; it exists so
     tests can fake a broken target without registering one.
+
+    ``batches``: compare at each of these batch sizes, the example's rows cycled along dim 0, each
+    target lowered once; without ``dynamic_shapes``, dim 0 of every tensor input is one dynamic
+    ``batch`` dim. Each result's name says its batch.
     """
     import fxdeploy
 
@@ -98,7 +108,12 @@ def compare(
     if unknown or not targets:
         raise ValueError(f"unknown target(s) {unknown}; registered: {sorted(statuses)}")
     lower_settings = dataclasses.replace(settings or Settings(), verify=False)
-    reference = reference_outputs(model, args)
+    batches = list(batches or [])
+    if batches and dynamic_shapes is None:
+        dynamic_shapes = batch_dims(args, batches)
+    runs = [Run(b, rebatch(args, b)) for b in batches] or [Run(None, args)]
+    for run in runs:
+        run.reference = reference_outputs(model, run.args)
     rows = []
     for name in targets:
         status = statuses[name]
@@ -107,25 +122,37 @@ def compare(
             continue
         lower = functools.partial(fxdeploy.lower, model, args, target=name, dynamic_shapes=dynamic_shapes,
                                   settings=lower_settings, substitutions=substitutions)
-        rows.append(_compare_one(name, lower, args, reference, tol, (transform or {}).get(name)))
+        rows.append(_compare_one(name, lower, runs, tol, (transform or {}).get(name)))
     shapes = [tuple(x.shape) for x in args if isinstance(x, torch.Tensor)]
-    return CompareReport(type(model).__name__, shapes, tol, rows)
+    return CompareReport(type(model).__name__, shapes, tol, rows, batches)
+
+
+@dataclass
+class Run:
+    """One set of inputs to compare on: the example, or the example at another batch size."""
+
+    batch: int | None
+    args: tuple[Any, ...]
+    reference: Any = None
 
 
 def _compare_one(
-    name: str, lower: Callable[[], Any], args: tuple[Any, ...], reference: Any, tol: Tolerances,
-    transform: Transform | None,
+    name: str, lower: Callable[[], Any], runs: list[Run], tol: Tolerances, transform: Transform | None,
 ) -> TargetComparison:
     start = time.perf_counter()
+    results: list[Comparison] = []
     try:
         deployed = lower()
         lower_s = time.perf_counter() - start
-        got = deployed(*args)
-    except Exception as exc:  # noqa: BLE001 - a target that cannot lower is a failed row, not a crash
-        return TargetComparison(name, "error", f"{type(exc).__name__}: {exc}"[:2000])
-    if transform is not None:
-        got = transform(got)
-    results = compare_outputs(reference, got, tol)
+        for run in runs:
+            got = deployed(*run.args)
+            got = transform(got) if transform is not None else got
+            found = compare_outputs(run.reference, got, tol)
+            if run.batch is not None:
+                found = [dataclasses.replace(r, name=f"{r.name} @ batch {run.batch}") for r in found]
+            results += found
+    except Exception as exc:  # noqa: BLE001 - a target that cannot lower or run is a failed row, not a crash
+        return TargetComparison(name, "error", f"{type(exc).__name__}: {exc}"[:2000], results)
     status = "pass" if all(r.ok for r in results) else "fail"
     return TargetComparison(name, status, "", results, lower_s)
 

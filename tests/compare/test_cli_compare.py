@@ -63,3 +63,32 @@ def test_missing_targets_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", "examples/models.py:convnet"])
     assert exit_info.value.code == 2 and "--targets" in capsys.readouterr().err
+
+
+def test_compare_at_several_batches_lowers_once_with_a_dynamic_batch() -> None:
+    """``--batch 1 3``: the example's rows cycled to each size, every result named by its batch."""
+    result = _cli("compare", "examples/models.py:convnet", "--targets", "onnxruntime", "--batch", "1", "3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "at batch 1, 3 against eager PyTorch" in result.stdout
+    assert "ok   output @ batch 1 [tensor]" in result.stdout and "ok   output @ batch 3 [tensor]" in result.stdout
+
+
+def test_compare_at_batches_reports_the_batch_that_differs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A fault from the second image on (one box dropped from each) fails at batch 3, not at batch 1."""
+    args = _parser().parse_args(["compare", "examples/detector.py:tiny_yolo", "--targets", "onnxruntime",
+                                 "--batch", "1", "3"])
+
+    def drop_last_image_box(output: list) -> list:
+        return [output[0], *({**image, **{k: v[:-1] for k, v in image.items()}} for image in output[1:])]
+
+    code = run_compare(args, transform={"onnxruntime": drop_last_image_box})
+    report = capsys.readouterr().out
+    assert code == 1, report
+    assert "ok   output @ batch 1 [detections]" in report
+    assert "FAIL output @ batch 3 [detections]" in report and "2 missing, 0 extra over 3 image(s)" in report
+
+
+@pytest.mark.parametrize("batch", ["0", "-2"])
+def test_compare_refuses_a_batch_below_one(batch: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "examples/models.py:convnet", "--targets", "onnxruntime", "--batch", batch]) == 2
+    assert f"batch: expected an integer >= 1, got {batch}" in capsys.readouterr().err
