@@ -159,6 +159,7 @@ def _verify(
     return verify.run_checks(
         deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
         deployed_fn, eager_fn, settings.atol, flags, settings.precision, example_want,
+        dict(zip(captured.input_names, captured.input_shapes, strict=True)), captured.guards,
     )
 
 
@@ -235,6 +236,7 @@ def _manifest(
         "output_tree": structure.describe(captured.out_spec if captured.dataclass_template is None else plain_spec),
         "input_tree": structure.describe(captured.in_spec),
         "dims": {name: r.to_dict() for name, r in captured.dims.items()},
+        **({"guards": captured.guards} if captured.guards else {}),
         **({"per_image": captured.per_image} if captured.per_image is not None else {}),
         "settings": settings.to_dict(),
         "files": dict.fromkeys(files, ""),

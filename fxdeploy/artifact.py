@@ -194,7 +194,26 @@ def validate(manifest: Any, where: Path) -> None:
                 except ValueError as exc:
                     raise ArtifactError(f"{where}: input {spec['name']!r}: {exc}") from exc
     _validate_dims(manifest["dims"], where)
+    _validate_guards(manifest, where)
     _validate_leaves(manifest, where)
+
+
+def _validate_guards(manifest: dict[str, Any], where: Path) -> None:
+    """Guards are size arithmetic over the inputs' shapes; anything else is refused, unevaluated."""
+    from fxdeploy.capture import guards
+
+    listed = manifest.get("guards", [])
+    if not isinstance(listed, list) or not all(isinstance(g, str) for g in listed):
+        raise ArtifactError(f"{where}: manifest 'guards' must be a list of strings")
+    ranks = {spec["name"]: len(spec["shape"]) for spec in manifest["inputs"]}
+    for guard in listed:
+        try:
+            read = guards.sizes_read(guard)
+        except ValueError as exc:
+            raise ArtifactError(f"{where}: {exc}") from None
+        unknown = [f"{name}.shape[{axis}]" for name, axis in read if axis >= ranks.get(name, 0)]
+        if unknown:
+            raise ArtifactError(f"{where}: guard {guard!r} reads {', '.join(unknown)}, which no input has")
 
 
 def _validate_tensor_spec(spec: Any, where: Path) -> None:

@@ -117,7 +117,7 @@ def _cmd_lower(args: argparse.Namespace) -> int:
     print(f"  {deployed!r}")
     checks = deployed.manifest["info"].get("shape_checks", [])
     if checks:
-        worst = max(c["max_abs_error"] for c in checks)
+        worst = max((c["max_abs_error"] for c in checks if c["max_abs_error"] is not None), default=0.0)
         print(f"  checked against eager at {', '.join(c['label'] for c in checks)}: max abs error {worst:.3g}")
     if args.report:
         from fxdeploy.report import render_report

@@ -13,6 +13,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy import artifact, dims, structure
+from fxdeploy.capture import guards
 from fxdeploy.errors import FxDeployError, InferenceError, InputError, first_line
 from fxdeploy.runtime.executor import Executor, Stats
 
@@ -61,6 +62,7 @@ class Deployed:
         self._inputs = [(i["name"], DTYPES[i["dtype"]], i["shape"]) for i in manifest["inputs"]]
         self._names = [name for name, _, _ in self._inputs]
         self._dims = manifest["dims"]
+        self._guards = list(manifest.get("guards", []))
         self._per_image = manifest.get("per_image")
         if self._per_image is not None:  # the engine takes one image; a call takes a batch of them
             batch = self._per_image["dim"]
@@ -175,6 +177,7 @@ class Deployed:
         feeds = {}
         for (name, dtype, shape), value in zip(self._inputs, values, strict=True):
             feeds[name] = self._check(name, dtype, shape, value, seen)
+        self._check_guards(feeds)
         self._accepted = tuple(v.shape for v in feeds.values())
         return feeds
 
@@ -209,6 +212,22 @@ class Deployed:
         if value.requires_grad:
             value = value.detach()
         return value if value.is_contiguous() else value.contiguous()
+
+    def _check_guards(self, feeds: dict[str, torch.Tensor]) -> None:
+        """torch.export's guards on the input sizes (fxdeploy.capture.guards); a per-image
+        artifact's graph saw one image, so its guards read a batch of 1."""
+        if not self._guards:
+            return
+        one = self._per_image is not None
+        shapes = {name: ((1, *v.shape[1:]) if one else tuple(v.shape)) for name, v in feeds.items()}
+        broken = guards.violated(self._guards, shapes)
+        if broken is not None:
+            given = ", ".join(f"{name} {list(v.shape)}" for name, v in feeds.items())
+            raise InputError(
+                f"inputs {given}: the artifact holds only where {broken} (a guard torch.export made where the "
+                "model's code branches on its input sizes, recorded in the manifest as 'guards'); give inputs "
+                "for which it is true, or lower again with an example of these sizes"
+            )
 
     def _check_dim(
         self, name: str, axis: int, dim: str, got: int, seen: dict[str, tuple[int, str]]

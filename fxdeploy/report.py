@@ -35,7 +35,12 @@ def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> 
     lines.append(f"Run on the host instead: {host}" if host else "None: the whole graph runs in the engine.")
     lines += ["", "## Shape checks against eager", "", "| check | input shapes | max abs error |", "|---|---|---|"]
     for check in info.get("shape_checks", []):
-        lines.append(f"| {check['label']} | {check['shapes']} | {check['max_abs_error']:.3g} |")
+        error = check["max_abs_error"]
+        shown = f"skipped: breaks {check['skipped']}" if error is None else f"{error:.3g}"
+        lines.append(f"| {check['label']} | {check['shapes']} | {shown} |")
+    if manifest.get("guards"):
+        lines += ["", "## Guards (Deployed refuses inputs that break one)", ""]
+        lines += [f"- `{guard}`" for guard in manifest["guards"]]
     return "\n".join(lines) + "\n"
 
 

@@ -8,13 +8,16 @@ names the input shapes, never a silent success.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy import structure
+from fxdeploy.capture import guards as guard_mod
+from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.dims import size_of
 from fxdeploy.errors import LoweringError
 
@@ -161,14 +164,23 @@ def run_checks(
     target: str, dims: dict[str, Any], examples: list[torch.Tensor], shapes: list[list[int | str]],
     deployed_fn: Callable[[list[torch.Tensor]], Any], eager_fn: Callable[[list[torch.Tensor]], Any],
     atol: float, detections: list[bool | int] | None = None, precision: str = "fp32", example_want: Any = None,
+    names: Sequence[str] = (), guards: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Each check: its label, the input shapes, and the max error; raises on the first mismatch.
 
     ``example_want``: eager's outputs on the example inputs when capture already computed them.
+    A check whose sizes break one of torch.export's ``guards`` (over the input ``names``) is
+    skipped with a ``DimWarning``, and recorded as skipped: ``Deployed`` refuses those sizes.
     """
     results = []
     for seed, (label, sizes) in enumerate(check_sizes(dims)):
         inputs = resized(examples, shapes, sizes, seed)
+        input_shapes = [list(x.shape) for x in inputs]
+        broken = guard_mod.violated(guards, dict(zip(names, input_shapes, strict=True))) if guards else None
+        if broken is not None:
+            warnings.warn(guard_mod.warning(label, input_shapes, broken), DimWarning, stacklevel=3)
+            results.append({"label": label, "shapes": input_shapes, "max_abs_error": None, "skipped": broken})
+            continue
         if label == "example" and example_want is not None:
             want = example_want
         else:

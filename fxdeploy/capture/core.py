@@ -23,7 +23,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy import dims as dims_mod
 from fxdeploy import structure, substitution
-from fxdeploy.capture import fixes, per_image
+from fxdeploy.capture import fixes, guards, per_image
 from fxdeploy.capture.errors import explain
 from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError
@@ -61,6 +61,8 @@ class Captured:
     widened_dims: list[str] = field(default_factory=list)
     # declared dims the artifact takes otherwise (fxdeploy.capture.fixes): fixes applied, ranges narrowed
     dim_changes: list[str] = field(default_factory=list)
+    # torch.export's guards on dynamic input sizes, over the input names (fxdeploy.capture.guards)
+    guards: list[str] = field(default_factory=list)
 
 
 def capture(
@@ -311,18 +313,21 @@ def _flatten(
         {i: dims_mod.export_dim(s, export_dims) for i, s in enumerate(shape) if isinstance(s, str)} or None
         for shape in shapes
     ]
-    gm = ep.module(check_guards=False)
+    names = [_clean(n) for n in user_inputs]
+    kept_guards = guards.from_export(getattr(ep, "_guards_code", None) or [], dict(zip(names, shapes, strict=True)))
+    gm = ep.module(check_guards=False)  # the guards are checked by Deployed, on the manifest's copy
     _make_flat(gm)
     plain = structure.dataclasses_to_dicts(eager_outputs) if template is not None else eager_outputs
     return Captured(
         graph_module=gm,
         example_inputs=list(flat_inputs),
-        input_names=[_clean(n) for n in user_inputs],
+        input_names=names,
         input_shapes=shapes,
         in_spec=in_spec,
         out_spec=ep.call_spec.out_spec,
         output_names=_unique_outputs(structure.leaf_names(plain), user_inputs),
         dims=dims,
+        guards=kept_guards,
         symbol_names=symbol_names,
         export_dynamic_shapes=export_shapes,
         eager_outputs=eager_outputs,

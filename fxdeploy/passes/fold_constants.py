@@ -83,9 +83,16 @@ def check(
         return "a symbolic size"
     if isinstance(value, torch.SymInt):
         return "a symbolic size"
+    if any(_symbolic(n) for n in node.all_input_nodes if n not in values):
+        return "reads the metadata of a tensor of symbolic size"  # ``new_ones(x, [3])`` at a dynamic x
     if sum(v.numel() for v in shapes if isinstance(v, torch.Tensor)) > MAX_ELEMENTS:
         return f"over {MAX_ELEMENTS} elements: cheaper to compute than to store"
     return None
+
+
+def _symbolic(node: Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in value.shape)
 
 
 def _static_size(node: Node) -> bool:

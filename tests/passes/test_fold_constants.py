@@ -113,3 +113,21 @@ def test_torchvision_rpn_levels_fold_whole() -> None:
     gm.recompile()
     assert result.modified and op_histogram(gm) == {"aten.mul.Tensor": 1}
     torch.testing.assert_close(gm(x)[0], want[0])
+
+
+class _OnesOfDynamicInput(torch.nn.Module):
+    """``x.new_ones(3)`` reads only x's dtype, but x's size is symbolic: nothing to evaluate it on."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(0) + x.new_ones(3)
+
+
+def test_metadata_of_a_symbolic_size_input_does_not_fold() -> None:
+    x = torch.randn(4, 3)
+    program = torch.export.export(_OnesOfDynamicInput(), (x,), dynamic_shapes=({0: torch.export.Dim("n")},))
+    gm = program.module()
+    ones = next(n for n in gm.graph.nodes if n.target is aten.new_ones.default)
+    assert check(gm, ones, {}) == "reads the metadata of a tensor of symbolic size"
+    result = fold_constants(gm, Settings())  # raised "SymIntArrayRef expected to contain only concrete integers"
+    assert not result.modified
+    torch.testing.assert_close(result.graph_module(torch.ones(5, 3)), torch.full((3,), 6.0))
