@@ -12,7 +12,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy import artifact, dims, structure, substitution, verify
-from fxdeploy.capture import Captured, capture, eval_mode
+from fxdeploy.capture import Captured, capture, eval_mode, fixes
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import ArtifactError, FxDeployError, InferenceError, LoweringError, first_line
 from fxdeploy.passes.base import PipelineReport, run_pipeline
@@ -156,11 +156,37 @@ def _verify(
 
         flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "hidden"]
         example_want = captured.eager_outputs  # capture ran eager with the same substitutions
-    return verify.run_checks(
-        deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
-        deployed_fn, eager_fn, settings.atol, flags, settings.precision, example_want,
-        dict(zip(captured.input_names, captured.input_shapes, strict=True)), captured.guards,
-    )
+    def run_checks() -> list[dict[str, Any]]:
+        return verify.run_checks(
+            deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
+            deployed_fn, eager_fn, settings.atol, flags, settings.precision, example_want,
+            captured.input_names, captured.guards,
+        )
+
+    if captured.pending is None:
+        return run_checks()
+    try:
+        return run_checks()
+    except (LoweringError, InferenceError) as exc:  # the declared min does not hold: narrow as torch.export did
+        _narrow_again(deployed, captured, exc)
+        return run_checks()
+
+
+def _narrow_again(deployed: Deployed, captured: Captured, failure: Exception) -> None:
+    """Take back the ranges and guards that capture gave back (``Captured.pending``), in the
+    capture, the manifest and the Deployed, and say so as torch.export's narrowing is said."""
+    pending = captured.pending
+    captured.dims.update(pending.dims)
+    captured.guards = [*captured.guards, *pending.guards]
+    lines = [
+        f"dim {name!r} narrowed by torch.export to [{r.min}, {r.max}] (its 0/1 specialization); at the declared "
+        f"min the artifact failed lower()'s check ({first_line(failure)}), so it refuses sizes below {r.min}"
+        for name, r in pending.dims.items()
+    ]
+    fixes.warn(lines)
+    deployed.restrict({name: r.to_dict() for name, r in pending.dims.items()}, captured.guards)
+    deployed.manifest["info"]["dim_changes"] = [*deployed.manifest["info"].get("dim_changes", []), *lines]
+    captured.pending = None
 
 
 def _eager_call(

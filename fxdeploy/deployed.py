@@ -213,6 +213,14 @@ class Deployed:
             value = value.detach()
         return value if value.is_contiguous() else value.contiguous()
 
+    def restrict(self, dims_: dict[str, dict[str, int]], guards_: list[str]) -> None:
+        """Narrow the accepted ranges of ``dims_`` and replace the guards, in the manifest too: for
+        lower(), when a range it gave back fails its check (fxdeploy.api._narrow_again)."""
+        for name, bounds in dims_.items():
+            self.manifest["dims"][name] = self._dims[name] = bounds
+        self.manifest["guards"] = self._guards = list(guards_)
+        self._accepted = None
+
     def _check_guards(self, feeds: dict[str, torch.Tensor]) -> None:
         """torch.export's guards on the input sizes (fxdeploy.capture.guards); a per-image
         artifact's graph saw one image, so its guards read a batch of 1."""

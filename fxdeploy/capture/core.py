@@ -14,7 +14,7 @@ import io
 import logging
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -30,6 +30,15 @@ from fxdeploy.errors import CaptureError
 from fxdeploy.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Pending:
+    """The ranges torch.export narrowed and the guards only their declared min breaks: they stand
+    again if lower()'s check at the declared min fails."""
+
+    dims: dict[str, dims_mod.DimRange]
+    guards: list[str]
 
 
 @dataclass
@@ -63,6 +72,9 @@ class Captured:
     dim_changes: list[str] = field(default_factory=list)
     # torch.export's guards on dynamic input sizes, over the input names (fxdeploy.capture.guards)
     guards: list[str] = field(default_factory=list)
+    # dims whose declared min was given back after torch.export raised it (fixes.lifted_minimums):
+    # what stands if lower()'s check at that min fails
+    pending: Pending | None = None
 
 
 def capture(
@@ -131,10 +143,30 @@ def capture(
         _check_structure(ep, eager_outputs, template, [s for s in subs if s.name in applied])
         unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
         captured = _flatten(ep, model, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, unpacks)
+        if settings.verify:  # lower() checks the declared min; without its check the narrowed range stands
+            _lift_minimums(captured, fixes.lifted_minimums(export_shapes, captured.dims))
         changes += fixes.narrowed(export_shapes, captured.dims)
         fixes.warn(changes)
         captured.widened_dims, captured.dim_changes = widened, changes
         return captured
+
+
+def _lift_minimums(captured: Captured, lifted: dict[str, int]) -> None:
+    """Give the dims of ``fixes.lifted_minimums`` their declared min back, pending lower()'s check
+    at it; the guards that only the declared min breaks wait with them (``Captured.pending``)."""
+    if not lifted:
+        return
+    narrowed = {name: captured.dims[name] for name in lifted}
+    for name, low in lifted.items():
+        captured.dims[name] = replace(captured.dims[name], min=low)
+    sizes = {name: r.min for name, r in captured.dims.items()}
+    at_min = {name: [dims_mod.size_of(d, sizes) for d in shape]
+              for name, shape in zip(captured.input_names, captured.input_shapes, strict=True)}
+    held = [g for g in captured.guards if guards.violated([g], at_min) is None]
+    captured.pending = Pending(narrowed, [g for g in captured.guards if g not in held])
+    captured.guards = held
+    logger.info("torch.export raised the min of %s to 2 (its 0/1 specialization); lower() checks the declared min",
+                ", ".join(sorted(lifted)))
 
 
 def _try_one_image(*args: Any) -> Captured | None:

@@ -82,6 +82,23 @@ def narrowed(export_shapes: Any, dims: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def lifted_minimums(export_shapes: Any, dims: Mapping[str, Any]) -> dict[str, int]:
+    """Declared dims whose min torch.export raised to 2 from a declared 1 (or 0), and nothing else:
+    its 0/1 specialization (a size that reaches 1 somewhere inside the model, as SegResNet's
+    deepest map does at D = 8), which assumes such a size is never 1. The graph often holds there
+    all the same (``torch.onnx.export`` keeps the declared range): lower() checks it at the
+    declared min. Maps each such dim to the min to check (1)."""
+    lifted = {}
+    for dim in {d.__name__: d for d in _dims(export_shapes)}.values():
+        captured = dims.get(dim.__name__)
+        declared_max = finite_or(getattr(dim, "max", INT_MAX), INT_MAX)
+        if captured is not None and getattr(dim, "min", 0) <= 1 and captured.min == 2 and captured.max >= min(
+            declared_max, INT_MAX - 1
+        ):
+            lifted[dim.__name__] = 1
+    return lifted
+
+
 def warn(lines: list[str]) -> None:
     for line in lines:
         warnings.warn(line, DimWarning, stacklevel=4)

@@ -19,6 +19,7 @@ from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.unit_selects import unit_selects
 from fxdeploy.passes.vacuous_masks import vacuous_masks
+from fxdeploy.passes.whole_input_pool import whole_input_pool
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
 CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
@@ -35,23 +36,28 @@ ONNX: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, tensorize
 ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, pad_compactions, precision_policy, exact_score_sigmoid, tensorize_outputs,
 )
+# OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool; it
+# changes no outputs, so anywhere after cleanup).
+OPENVINO: tuple[Pass, ...] = (*CLEANUP, whole_input_pool, pad_compactions, precision_policy, tensorize_outputs)
 TORCHSCRIPT: tuple[Pass, ...] = ONNX
-# ncnn: no precision policy (ncnn's own fp16 switches set the precision, engine-wide), then the
-# pnnx/ncnn workarounds (they change no outputs), then the host split last: it cuts the final
-# graph, so it must see the final outputs and every NMS. unit_broadcasts after unit_selects: a
+# ncnn: whole_input_pool as on OpenVINO (ncnn's pooling gives NaN there); no precision policy
+# (ncnn's own fp16 switches set the precision, engine-wide), then the pnnx/ncnn workarounds
+# (they change no outputs), then the host split last: it cuts the final graph, so it must see the
+# final outputs and every NMS. unit_broadcasts after unit_selects: a
 # per-layer position embedding's select becomes a squeeze first, leaving the [1, N, C] operand.
 # vacuous_masks before float_attention_mask: an all-True mask goes, rather than becoming a float one.
 # max_indices right before the split: the argmax it spells out must be seen by the split (host).
 # fold_constants after pad_compactions (which adds aranges of static bounds) and before the
 # respellings: the anchor grids it folds are then no ops for them to see.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, tensorize_outputs, fold_constants, vacuous_masks, float_attention_mask, padded_copies,
-    strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
+    *CLEANUP, whole_input_pool, pad_compactions, tensorize_outputs, fold_constants, vacuous_masks,
+    float_attention_mask, padded_copies, strided_slices, unit_selects, unit_broadcasts, max_indices,
+    host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {
     "onnxruntime": ONNXRUNTIME,
-    "openvino": ONNX,
+    "openvino": OPENVINO,
     "tensorrt": ONNX,
     "ncnn": NCNN,
     "torchscript": TORCHSCRIPT,

@@ -1,0 +1,58 @@
+"""whole_input_pool: an average pool whose one window covers the whole input becomes a mean."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fxdeploy.passes import op_histogram
+from fxdeploy.passes.whole_input_pool import check, whole_input_pool
+from fxdeploy.settings import Settings
+
+
+def _graph(pool: torch.nn.Module, x: torch.Tensor) -> torch.fx.GraphModule:
+    return torch.export.export(torch.nn.Sequential(pool), (x,)).module(check_guards=False)
+
+
+def _pool(gm: torch.fx.GraphModule) -> torch.fx.Node:
+    return next(n for n in gm.graph.nodes if n.op == "call_function" and "avg_pool2d" in str(n.target))
+
+
+@pytest.mark.parametrize("include_pad", [True, False])
+@pytest.mark.parametrize("size", [(3, 3), (2, 5), (7, 7)])
+def test_efficientnets_pooler_becomes_a_mean(size: tuple[int, int], include_pad: bool) -> None:
+    """transformers' EfficientNet: AvgPool2d(1280, ceil_mode=True) over a small map."""
+    x = torch.randn(2, 8, *size)
+    pool = torch.nn.AvgPool2d(1280, ceil_mode=True, count_include_pad=include_pad)
+    gm = _graph(pool, x)
+    assert op_histogram(gm) == {"aten.avg_pool2d.default": 1}
+    result = whole_input_pool(gm, Settings())
+    assert result.modified
+    gm = result.graph_module
+    gm.graph.lint()
+    gm.recompile()
+    assert op_histogram(gm) == {"aten.mean.dim": 1}
+    torch.testing.assert_close(gm(x), pool(x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("pool", "reason"),
+    [
+        (torch.nn.AvgPool2d(2), "does not cover the input"),
+        (torch.nn.AvgPool2d(8, padding=1, ceil_mode=True), "padded"),
+        (torch.nn.AvgPool2d(8, ceil_mode=True, divisor_override=3), "divisor override"),
+    ],
+)
+def test_other_pools_stay(pool: torch.nn.Module, reason: str) -> None:
+    x = torch.randn(1, 4, 6, 6)
+    gm = _graph(pool, x)
+    assert reason in check(_pool(gm))
+    assert not whole_input_pool(gm, Settings()).modified
+
+
+def test_a_dynamic_size_stays() -> None:
+    x = torch.randn(1, 4, 6, 6)
+    h = torch.export.Dim("h", min=2, max=8)
+    gm = torch.export.export(torch.nn.Sequential(torch.nn.AvgPool2d(8, ceil_mode=True)), (x,),
+                             dynamic_shapes=({2: h},)).module()
+    assert "is not static" in check(_pool(gm))
