@@ -151,8 +151,13 @@ def _input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expe
         raise LoweringError(f"ncnn: cannot load the {names[0]} pnnx wrote")
     problems = []
     for batched in (False, True):
+        arrays = [np.ascontiguousarray(x if batched else x[0]) for x in inputs]
+        if any(a.ndim > 4 for a in arrays):  # ncnn.Mat raises a raw RuntimeError past 4 dims
+            problems.append(f"{'with' if batched else 'without'} the batch axis: an input of "
+                            f"{max(a.ndim for a in arrays)} dims, and ncnn's Mat holds at most 4 (c, d, h, w)")
+            continue
         extractor = net.create_extractor()
-        mats = [ncnn.Mat(np.ascontiguousarray(x if batched else x[0])).clone() for x in inputs]
+        mats = [ncnn.Mat(a).clone() for a in arrays]
         for k, mat in enumerate(mats):
             extractor.input(f"in{k}", mat)
         got = [extractor.extract(f"out{k}") for k in range(len(expected))]
@@ -165,10 +170,14 @@ def _input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expe
         if all(isinstance(e, float) and e <= 1e-3 * max(1.0, scale) for e in errors):
             return batched
         problems.append(f"{'with' if batched else 'without'} the batch axis: output errors {errors}")
+    volumes = any(x.ndim == 5 for x in inputs)
     raise LoweringError(
         f"ncnn: the engine {names[0]} does not give PyTorch's values on the example image, fed "
         + "; or ".join(problems)
-        + ". pnnx placed the batch axis differently from the graph; another target runs this graph"
+        + (". A per-image input is a 3-D volume (c, d, h, w): ncnn's 3-D layers (convolution, upsampling, "
+           "normalization over d, h, w) do not give PyTorch's values for this graph" if volumes else
+           ". pnnx placed the batch axis differently from the graph")
+        + "; onnxruntime, openvino and torchscript run it (fxdeploy.lower(..., target='onnxruntime'))"
     )
 
 
@@ -216,9 +225,11 @@ def _with_leading_one(stage: torch.fx.GraphModule, shared: list[int]) -> torch.f
 
 def _not_float(label: str, node: torch.fx.Node, dtype: torch.dtype) -> str:
     """What reads a non-float engine input, and what to do: ncnn's blobs hold float32 only."""
-    readers = "; ".join(f"{user.target} at {call_site(user)}" for user in list(node.users)[:3]) or "nothing"
+    values = [u for u in node.users if u.target is not torch.ops.aten.sym_size.int]  # not its size: its values
+    readers = "; ".join(f"{user.target} at {call_site(user)}" for user in values[:3]) or "nothing"
     return (
-        f"ncnn: {label} ({node.name!r}) is {dtype}, and ncnn's blobs hold float32 only; it is read by {readers}. "
+        f"ncnn: {node.name!r} is {dtype} ({label}), and ncnn's blobs hold float32 only; its values are read "
+        f"by {readers}. "
         "An engine stage cannot take integers or bools (token ids, attention masks, indices). Make the value "
         "float in the model before that op where float32 holds it exactly (ids below 2**24, 0/1 masks), or "
         "lower to onnxruntime or openvino, which take it as it is"
