@@ -130,6 +130,16 @@ def mobilenet_v2() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return _calibrated(FirstTensor(MobileNetV2ForImageClassification(config)), x), (x,)
 
 
+def swin() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """transformers' Swin: shifted 4 x 4 windows, attention output permuted, made contiguous and viewed
+    (plain torch.onnx.export fails to decompose it at a dynamic batch: passes/contiguous_reshapes.py)."""
+    from transformers import SwinConfig, SwinModel
+
+    torch.manual_seed(0)
+    config = SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4)
+    return FirstTensor(SwinModel(config)).eval(), (_randn(2, 3, 64, 64),)
+
+
 class Denoiser(nn.Module):
     """diffusers' UNet2DModel at one timestep per image: ``unet(sample, t).sample``."""
 
@@ -176,6 +186,7 @@ SWEEP: dict[str, SweepEntry] = {
     "efficientnet": SweepEntry(efficientnet, {"x": {0: BATCH}}, ()),
     "mobilenet_v2": SweepEntry(mobilenet_v2, {"x": {0: BATCH, 2: ("height", 64, 160), 3: ("width", 64, 160)}},
                                ((3, 128, 80),)),
+    "swin": SweepEntry(swin, {"x": {0: BATCH}}, ()),
     "unet2d": SweepEntry(unet2d, {"sample": {0: BATCH, **_hw(4, 4, 16)}, "timestep": {0: BATCH}}, ((3, 48, 32),)),
 }
 """name -> (factory, dynamic_shapes, other sizes)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fxdeploy.partition import host_postprocess_split
 from fxdeploy.passes.base import Pass
+from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
 from fxdeploy.passes.float_attention_mask import float_attention_mask
 from fxdeploy.passes.fold_constants import fold_constants
@@ -29,17 +30,21 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 # tensorize_outputs (it adds the hidden count outputs and the trim records that tensorize_outputs
 # describes). It makes every data-dependent size static, every NMS a multiclass_nms included.
 # precision_policy after pad_compactions: it keeps the NMS inputs (and their box decoding) in fp32.
-ONNX: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, tensorize_outputs)
+# contiguous_reshapes right before tensorize_outputs: it must see the final reshapes (for the
+# ONNX exporter's decompositions; it changes no values).
+ONNX: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, contiguous_reshapes, tensorize_outputs)
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
 # and after precision_policy (which keeps sigmoids in fp32 by name).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, precision_policy, exact_score_sigmoid, tensorize_outputs,
+    *CLEANUP, pad_compactions, precision_policy, exact_score_sigmoid, contiguous_reshapes, tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool; it
 # changes no outputs, so anywhere after cleanup).
-OPENVINO: tuple[Pass, ...] = (*CLEANUP, whole_input_pool, pad_compactions, precision_policy, tensorize_outputs)
-TORCHSCRIPT: tuple[Pass, ...] = ONNX
+OPENVINO: tuple[Pass, ...] = (
+    *CLEANUP, whole_input_pool, pad_compactions, precision_policy, contiguous_reshapes, tensorize_outputs,
+)
+TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, tensorize_outputs)
 # ncnn: whole_input_pool as on OpenVINO (ncnn's pooling gives NaN there); no precision policy
 # (ncnn's own fp16 switches set the precision, engine-wide), then the pnnx/ncnn workarounds
 # (they change no outputs), then the host split last: it cuts the final graph, so it must see the
