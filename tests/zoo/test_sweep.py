@@ -3,8 +3,8 @@ batch 1 and 3 and at two sizes (<= 1e-4 relative; 1e-3 on ncnn), or is refused w
 ``FxDeployError`` that names the op, dim or guard and what to do. Nothing raw escapes.
 
 ``make test`` runs the ``zoo_fast`` pairs (one per workaround: the guards, the given-back min, the
-whole-input pool, the contiguous reshapes, the int64 and 3-D refusals); ``make zoo`` runs all 32. benchmarks/sweep.py puts plain
-``torch.onnx.export`` beside the same pairs (benchmarks/README.md).
+whole-input pool, the contiguous reshapes, the int64 and 3-D refusals); ``make zoo`` runs all 32.
+benchmarks/sweep.py puts plain ``torch.onnx.export`` beside the same pairs (benchmarks/README.md).
 """
 
 from __future__ import annotations
