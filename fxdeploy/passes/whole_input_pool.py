@@ -42,12 +42,24 @@ def check(node: torch.fx.Node) -> str | None:
     value, out = x.meta.get("val"), node.meta.get("val")
     if not isinstance(value, torch.Tensor) or not isinstance(out, torch.Tensor):
         return "no shapes recorded"
-    size = list(value.shape[-2:])
-    if not all(isinstance(s, int) for s in size):
-        return f"input size {size} is not static"
+    size = [_bounds(s) for s in value.shape[-2:]]
+    if any(bound is None for bound in size):
+        return f"input size {list(value.shape[-2:])} has no known bound"
     if any(p != 0 for p in padding) or divisor is not None:
         return "padded, or with a divisor override: the window's divisor is not the input's area"
     kernel = kernel * 2 if len(kernel) == 1 else kernel
-    if any(k < s for k, s in zip(kernel, size, strict=True)) or list(out.shape[-2:]) != [1, 1]:
+    covered = all(k >= high for k, (_, high) in zip(kernel, size, strict=True))
+    if not covered or any(_bounds(s) != (1, 1) for s in out.shape[-2:]):
         return f"window {kernel} (stride {stride}) does not cover the input {size} in one output pixel"
     return None
+
+
+def _bounds(size: int | torch.SymInt) -> tuple[int, int] | None:
+    """(min, max) of a size: itself where static; a dynamic one's range from its shape env."""
+    if isinstance(size, int):
+        return size, size
+    try:
+        bound = size.node.shape_env.bound_sympy(size.node.expr)
+        return int(bound.lower), int(bound.upper)
+    except (AttributeError, TypeError, ValueError, OverflowError):  # unbounded, or no shape env
+        return None

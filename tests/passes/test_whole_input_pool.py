@@ -50,9 +50,21 @@ def test_other_pools_stay(pool: torch.nn.Module, reason: str) -> None:
     assert not whole_input_pool(gm, Settings()).modified
 
 
-def test_a_dynamic_size_stays() -> None:
+def _dynamic(pool: torch.nn.Module, low: int = 2) -> torch.fx.GraphModule:
     x = torch.randn(1, 4, 6, 6)
-    h = torch.export.Dim("h", min=2, max=8)
-    gm = torch.export.export(torch.nn.Sequential(torch.nn.AvgPool2d(8, ceil_mode=True)), (x,),
-                             dynamic_shapes=({2: h},)).module()
-    assert "is not static" in check(_pool(gm))
+    h = torch.export.Dim("h", min=low, max=8)
+    return torch.export.export(torch.nn.Sequential(pool), (x,), dynamic_shapes=({2: h},)).module(check_guards=False)
+
+
+def test_a_dynamic_size_the_window_covers_at_its_max_becomes_a_mean() -> None:
+    gm = _dynamic(torch.nn.AvgPool2d(8, ceil_mode=True))  # h in [2, 8]
+    assert whole_input_pool(gm, Settings()).modified
+    gm.recompile()
+    for h in (2, 5, 8):
+        x = torch.randn(1, 4, h, 6)
+        torch.testing.assert_close(gm(x), torch.nn.AvgPool2d(8, ceil_mode=True)(x), rtol=0, atol=1e-6)
+
+
+def test_a_dynamic_size_past_the_window_stays() -> None:
+    gm = _dynamic(torch.nn.AvgPool2d(2), low=4)  # several windows at every h
+    assert "does not cover the input" in check(_pool(gm))
