@@ -19,3 +19,14 @@ def build(body: Callable[[torch.fx.Graph, list[torch.fx.Node]], object], n_input
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     FakeTensorProp(gm).propagate(*example)
     return gm
+
+
+def applied(pass_: Callable[..., object], gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``pass_`` run on ``gm`` with default settings: it must report a change and leave a valid graph."""
+    from fxdeploy.settings import Settings
+
+    result = pass_(gm, Settings())
+    assert result.modified, f"{pass_.__name__} changed nothing"
+    result.graph_module.graph.lint()
+    result.graph_module.recompile()
+    return result.graph_module

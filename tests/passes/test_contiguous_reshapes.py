@@ -8,6 +8,7 @@ import torch
 from fxdeploy.passes import op_histogram
 from fxdeploy.passes.contiguous_reshapes import check, contiguous_reshapes
 from fxdeploy.settings import Settings
+from tests.passes.graphs import applied
 
 
 class Heads(torch.nn.Module):
@@ -25,11 +26,7 @@ def _graph(dynamic: bool) -> torch.fx.GraphModule:
 def test_a_dynamic_reshape_reads_a_contiguous_clone() -> None:
     gm = _graph(dynamic=True)
     before = op_histogram(gm)
-    result = contiguous_reshapes(gm, Settings())
-    assert result.modified
-    gm = result.graph_module
-    gm.graph.lint()
-    gm.recompile()
+    gm = applied(contiguous_reshapes, gm)
     after = op_histogram(gm)
     assert after.get("aten.clone.default", 0) == before.get("aten.clone.default", 0) + before["aten.reshape.default"]
     reshape = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.reshape.default)

@@ -8,6 +8,7 @@ import torch
 from fxdeploy.passes import op_histogram
 from fxdeploy.passes.whole_input_pool import check, whole_input_pool
 from fxdeploy.settings import Settings
+from tests.passes.graphs import applied
 
 
 def _graph(pool: torch.nn.Module, x: torch.Tensor) -> torch.fx.GraphModule:
@@ -26,11 +27,7 @@ def test_efficientnets_pooler_becomes_a_mean(size: tuple[int, int], include_pad:
     pool = torch.nn.AvgPool2d(1280, ceil_mode=True, count_include_pad=include_pad)
     gm = _graph(pool, x)
     assert op_histogram(gm) == {"aten.avg_pool2d.default": 1}
-    result = whole_input_pool(gm, Settings())
-    assert result.modified
-    gm = result.graph_module
-    gm.graph.lint()
-    gm.recompile()
+    gm = applied(whole_input_pool, gm)
     assert op_histogram(gm) == {"aten.mean.dim": 1}
     torch.testing.assert_close(gm(x), pool(x), rtol=0, atol=1e-6)
 
