@@ -14,12 +14,12 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact, dims, structure, substitution, verify
 from fxdeploy.capture import Captured, capture, eval_mode, fixes
 from fxdeploy.deployed import Deployed
-from fxdeploy.errors import ArtifactError, FxDeployError, InferenceError, LoweringError, first_line
+from fxdeploy.errors import ArtifactError, FxDeployError, InferenceError, LoweringError, RegistryError, first_line
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.precision_policy import PRECISION
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
 from fxdeploy.settings import Settings
-from fxdeploy.targets import Lowered, LoweringJob, Target, get_target
+from fxdeploy.targets import Lowered, LoweringJob, Target, describe, get_target, origin_of
 from fxdeploy.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -269,6 +269,7 @@ def _manifest(
         "info": dict(
             info, capture_mode=captured.mode, substitutions=captured.substitutions,
             precision=gm.meta.get(PRECISION, {"policy": settings.precision}),
+            **({"target_origin": origin_of(chosen.name)} if origin_of(chosen.name) else {}),
             **({"widened_dims": captured.widened_dims} if captured.widened_dims else {}),
             **({"dim_changes": captured.dim_changes} if captured.dim_changes else {}),
         ),
@@ -285,6 +286,20 @@ def _shape(value: Any, names: dict[str, str]) -> list[int | str]:
     return [dims.expression(size, names) if isinstance(size, torch.SymInt) else int(size) for size in value.shape]
 
 
+def _target_of(root: Path, manifest: dict[str, Any]) -> Target:
+    """The artifact's target; where it is missing, the distribution that provided it when lowering."""
+    try:
+        return get_target(manifest["target"])
+    except RegistryError as exc:
+        origin = manifest.get("info", {}).get("target_origin")
+        if not isinstance(origin, dict) or not isinstance(origin.get("distribution"), str):
+            raise
+        raise RegistryError(
+            f"{root}: target {manifest['target']!r} is not registered here; the artifact was lowered with "
+            f"{describe(origin)}: install it (pip install {origin['distribution']}) to load this artifact"
+        ) from exc
+
+
 def load(
     directory: str | Path,
     *,
@@ -293,7 +308,7 @@ def load(
 ) -> Deployed:
     """Load a saved artifact. Only data is read: hashes are checked, nothing is unpickled or run."""
     root, manifest = artifact.read_manifest(directory)
-    chosen = get_target(manifest["target"])
+    chosen = _target_of(root, manifest)
     chosen.require()
     if settings is None:
         try:

@@ -209,7 +209,7 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
 
     rows = fxdeploy.targets()
     if args.json:
-        print(json.dumps({n: {"available": s.available, "version": s.version, "reason": s.reason}
+        print(json.dumps({n: {"available": s.available, "version": s.version, "reason": s.reason, "source": s.source}
                           for n, s in rows.items()}))
         return 0
     print(f"fxdeploy {fxdeploy.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
@@ -217,7 +217,8 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     for name, status in rows.items():
         mark = "yes" if status.available else "no "
         detail = status.version if status.available else status.reason
-        print(f"  {name:<{width}}  {mark}  {detail}")
+        origin = "" if status.source == "fxdeploy" or not status.available else f"  ({status.source})"
+        print(f"  {name:<{width}}  {mark}  {detail}{origin}")
     return 0
 
 

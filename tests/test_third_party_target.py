@@ -7,6 +7,7 @@ registry is not touched.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,9 @@ def make_target(name="mytarget"):
 
 def make_duplicate():
     return make_target("onnxruntime")
+
+
+PACKAGE_NAME = "my_pkg"
 '''
 
 USE = """
@@ -85,15 +89,57 @@ def test_entry_point_target_is_listed_and_lowers_without_changing_fxdeploy(tmp_p
     assert out[2] == "mytarget True"
 
 
-def test_entry_point_with_a_builtin_name_is_a_registry_error(tmp_path: Path) -> None:
-    site = _site(tmp_path, "onnxruntime = my_pkg:make_duplicate")
+BUILTIN_STILL_WORKS = """
+import json, subprocess, sys, torch, fxdeploy
+from examples import models
+for attempt in (1, 2):  # the first call and every later one
+    rows = fxdeploy.targets()
+    print(json.dumps({n: [s.available, s.reason, s.source] for n, s in rows.items()}))
+model, (x,) = models.convnet()
+deployed = fxdeploy.lower(model, (x,), target="onnxruntime")
+with torch.no_grad():
+    print(float((deployed(x) - model(x)).abs().max()))
+env = subprocess.run([sys.executable, "-m", "fxdeploy.cli", "check-env"], capture_output=True, text=True)
+print(env.returncode, json.dumps(env.stdout))
+"""
+
+
+@pytest.mark.parametrize(
+    ("entry_point", "row", "error"),
+    [
+        ("onnxruntime = my_pkg:make_duplicate", "onnxruntime (entry point 'onnxruntime = my_pkg:make_duplicate' "
+         "of distribution my-pkg 1.0)", "RegistryError: target 'onnxruntime' is already registered"),
+        ("broken = my_pkg.missing:make_target", "broken", "ModuleNotFoundError: No module named 'my_pkg.missing'"),
+        ("wrong = my_pkg:PACKAGE_NAME", "wrong", "RegistryError: it gave str, expected fxdeploy.targets.Target"),
+    ],
+)
+def test_a_broken_plugin_is_a_row_and_every_other_target_works(
+    tmp_path: Path, entry_point: str, row: str, error: str
+) -> None:
+    site = _site(tmp_path, entry_point)
+    out = run_python(BUILTIN_STILL_WORKS, env={"PYTHONPATH": f"{site}:{ROOT}"}).splitlines()
+    first, second = json.loads(out[0]), json.loads(out[1])
+    assert first == second
+    available, reason, source = first[row]
+    assert not available and error in reason
+    assert f"of distribution my-pkg 1.0 failed: {error}" in reason and source.startswith("entry point '")
+    assert first["onnxruntime"][0] is True and first["onnxruntime"][2] == "fxdeploy"
+    assert float(out[2]) <= 1e-4
+    code, env_out = out[3].split(" ", 1)
+    assert code == "0" and error in json.loads(env_out)
+
+
+def test_a_loaded_artifact_whose_plugin_is_gone_names_its_distribution(tmp_path: Path) -> None:
+    site = _site(tmp_path, "mytarget = my_pkg:make_target")
+    run_python(USE.format(out=str(tmp_path / "art")), env={"PYTHONPATH": f"{site}:{ROOT}"})
     code = (
         "import fxdeploy\n"
-        "from fxdeploy.errors import RegistryError\n"
-        "try:\n    fxdeploy.targets()\nexcept RegistryError as exc:\n    print(exc)\n"
-    )
-    out = run_python(code, env={"PYTHONPATH": f"{site}:{ROOT}"})
-    assert "target 'onnxruntime' is already registered" in out
+        "try:\n    fxdeploy.load({art!r})\nexcept fxdeploy.errors.RegistryError as exc:\n    print(exc)\n"
+    ).format(art=str(tmp_path / "art"))
+    out = run_python(code)
+    assert "target 'mytarget' is not registered here" in out
+    assert "entry point 'mytarget = my_pkg:make_target' of distribution my-pkg 1.0" in out
+    assert "pip install my-pkg" in out
 
 
 def test_registering_a_duplicate_name_in_process_is_a_registry_error() -> None:

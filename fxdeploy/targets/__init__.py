@@ -2,6 +2,11 @@
 
 Built-in targets are registered explicitly by ``builtin.register_all``; third-party targets come
 through the ``fxdeploy.targets`` entry-point group. A duplicate name is an error.
+
+A plugin cannot break the others: one that fails to import, gives no ``Target``, or registers a
+name already taken is not registered, and becomes an unavailable row of ``fxdeploy.targets()``
+and ``fxdeploy check-env`` naming its entry point, its distribution and the error. Every other
+target works, on the first call and every later one.
 """
 
 from __future__ import annotations
@@ -91,12 +96,18 @@ class TargetStatus:
     available: bool
     version: str | None
     reason: str | None
+    source: str = "fxdeploy"
+    """Where the target comes from: fxdeploy, or a plugin's entry point and distribution."""
 
     def __bool__(self) -> bool:
         return self.available
 
 
 _TARGETS: dict[str, Target] = {}
+_SOURCES: dict[str, dict[str, str]] = {}
+"""Target name -> the entry point and distribution that registered it (plugins only)."""
+_BROKEN: dict[str, TargetStatus] = {}
+"""Plugins that could not be registered, as unavailable rows keyed by entry-point name."""
 _LOADED = False
 
 
@@ -116,26 +127,56 @@ def _ensure_loaded() -> None:
     builtin.register_all(register_target)
     _LOADED = True  # only once every built-in registered: a failed import is retried, not hidden
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        obj = entry_point.load()
-        target = obj() if callable(obj) and not isinstance(obj, Target) else obj
-        if not isinstance(target, Target):
-            raise RegistryError(
-                f"entry point {entry_point.name!r} ({entry_point.value}) gave "
-                f"{type(target).__name__}, expected fxdeploy.targets.Target"
-            )
-        if target.name != entry_point.name:
-            raise RegistryError(
-                f"entry point {entry_point.name!r} provides a target named {target.name!r}"
-            )
-        register_target(target)
+        origin = _origin(entry_point)
+        source = describe(origin)
+        try:
+            target = _plugin_target(entry_point)
+            register_target(target)
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is a row, never a crash of every command
+            reason = f"plugin {source} failed: {type(exc).__name__}: {exc}"
+            logger.warning("fxdeploy target %s", reason)
+            key = entry_point.name if entry_point.name not in _TARGETS else f"{entry_point.name} ({source})"
+            _BROKEN[key] = TargetStatus(key, False, None, reason, source)
+            continue
+        _SOURCES[target.name] = origin
+
+
+def _plugin_target(entry_point: importlib.metadata.EntryPoint) -> Target:
+    obj = entry_point.load()
+    target = obj() if callable(obj) and not isinstance(obj, Target) else obj
+    if not isinstance(target, Target):
+        raise RegistryError(f"it gave {type(target).__name__}, expected fxdeploy.targets.Target")
+    if target.name != entry_point.name:
+        raise RegistryError(f"entry point {entry_point.name!r} provides a target named {target.name!r}")
+    return target
+
+
+def _origin(entry_point: importlib.metadata.EntryPoint) -> dict[str, str]:
+    dist = entry_point.dist
+    name, version = (dist.name, dist.version) if dist is not None else ("?", "?")
+    return {"entry_point": f"{entry_point.name} = {entry_point.value}", "distribution": name, "version": version}
+
+
+def describe(origin: dict[str, str] | None) -> str:
+    """A plugin's origin in words; "fxdeploy" for a built-in target (None)."""
+    if origin is None:
+        return "fxdeploy"
+    return f"entry point '{origin['entry_point']}' of distribution {origin['distribution']} {origin['version']}"
+
+
+def origin_of(name: str) -> dict[str, str] | None:
+    """The entry point and distribution of plugin target ``name``; None for a built-in one."""
+    _ensure_loaded()
+    return _SOURCES.get(name)
 
 
 def get_target(name: str) -> Target:
     _ensure_loaded()
-    try:
+    if name in _TARGETS:
         return _TARGETS[name]
-    except KeyError:
-        raise RegistryError(f"unknown target {name!r}; registered: {sorted(_TARGETS)}") from None
+    if name in _BROKEN:
+        raise TargetUnavailableError(f"target {name!r} is unavailable here: {_BROKEN[name].reason}")
+    raise RegistryError(f"unknown target {name!r}; registered: {sorted(_TARGETS)}")
 
 
 def all_targets() -> dict[str, Target]:
@@ -150,5 +191,5 @@ def statuses() -> dict[str, TargetStatus]:
             reason, version = target.reason(), target.version()
         except Exception as exc:  # noqa: BLE001 - a broken runtime install is a reason, not a crash
             reason, version = f"runtime fails to import: {type(exc).__name__}: {exc}", None
-        rows[name] = TargetStatus(name, reason is None, version, reason)
-    return rows
+        rows[name] = TargetStatus(name, reason is None, version, reason, describe(_SOURCES.get(name)))
+    return {**rows, **_BROKEN}
