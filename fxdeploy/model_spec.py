@@ -50,8 +50,15 @@ def _import(spec: str) -> tuple[Any, str]:
         if module_spec is None or module_spec.loader is None:
             raise ImportError(f"cannot import {path}")
         module = importlib.util.module_from_spec(module_spec)
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:  # as `python file.py` does: a model file imports the files beside it
+            sys.path.insert(0, folder)
         sys.modules[module_name] = module
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]  # a fixed file is imported again, not served half-run
+            raise
     else:
         module = importlib.import_module(location)
     return module, name
