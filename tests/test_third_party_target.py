@@ -147,3 +147,22 @@ def test_registering_a_duplicate_name_in_process_is_a_registry_error() -> None:
     with pytest.raises(RegistryError, match="target 'onnxruntime' is already registered"):
         register_target(builtin)
     assert get_target("onnxruntime") is builtin
+
+
+KEY = """
+from fxdeploy.cache.key import cache_key
+for target in ("mytarget", "onnxruntime"):
+    print(cache_key(target=target, settings={}, parts={}))
+"""
+
+
+def test_the_cache_key_covers_a_plugins_distribution_and_source(tmp_path: Path) -> None:
+    """An edited plugin must not be served the artifacts its old code built."""
+    site = _site(tmp_path, "mytarget = my_pkg:make_target")
+    env = {"PYTHONPATH": f"{site}:{ROOT}"}
+    plugin_before, builtin_before = run_python(KEY, env=env).split()
+    assert run_python(KEY, env=env).split() == [plugin_before, builtin_before]  # stable
+    source = site / "my_pkg" / "__init__.py"
+    source.write_text(source.read_text().replace('"1.0"', '"1.1"'))
+    plugin_after, builtin_after = run_python(KEY, env=env).split()
+    assert plugin_after != plugin_before and builtin_after == builtin_before

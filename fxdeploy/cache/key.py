@@ -30,6 +30,7 @@ def cache_key(*, target: str, settings: Mapping[str, Any], parts: Mapping[str, A
     and how much to cache does not change what is built."""
     payload = {
         "format": KEY_FORMAT, "target": target, "runtime_version": runtime_version(target),
+        "plugin": plugin_identity(target),
         "settings": {k: v for k, v in settings.items() if k != "cache"},
         "environment": environment(), "parts": parts,
     }
@@ -51,6 +52,32 @@ def runtime_version(target: str) -> str | None:
     return get_target(target).version()
 
 
+def plugin_identity(target: str) -> dict[str, str] | None:
+    """A plugin target's distribution, version and a digest of its source: an edited or upgraded
+    plugin builds other artifacts (None for a built-in target, which fxdeploy's own digest covers)."""
+    from fxdeploy.targets import origin_of
+
+    origin = origin_of(target)
+    if origin is None:
+        return None
+    module = origin["entry_point"].partition("=")[2].strip().partition(":")[0].split(".")[0]
+    return {**origin, "source": plugin_source_digest(module)}
+
+
+@functools.lru_cache(maxsize=16)
+def plugin_source_digest(module: str) -> str:
+    """sha256 over the Python files of a plugin's top-level module or package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return "unknown"
+    locations = list(spec.submodule_search_locations or [])
+    if locations:
+        return source_digest(Path(locations[0]))
+    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
     """What else decides an artifact: the lowering stack's versions and the machine."""
@@ -68,7 +95,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=16)
 def source_digest(package: Path = _PACKAGE) -> str:
     """sha256 over fxdeploy's own Python files (paths and contents): a change to a pass or a lowering
     changes what gets built, and the version number does not move with every such change (an
