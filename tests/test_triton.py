@@ -167,6 +167,26 @@ def test_openvino_backend_reads_the_onnx_file(tmp_path: Path) -> None:
     assert (config.backend, config.default_model_filename, config.platform) == ("openvino", "model.onnx", "")
 
 
+def test_a_plugin_targets_onnx_artifact_goes_to_onnx_runtime(tmp_path: Path) -> None:
+    """A third-party target (tests/test_third_party_target.py) whose artifact is one ONNX model, with
+    external weights: Triton's ONNX Runtime backend serves it."""
+    art = fake_artifact(tmp_path, "ort-extended", {"model.onnx": b"onnx", "model.onnx.data": b"w"},
+                        info={"target_origin": {"entry_point": "ort-extended = ortx:target", "distribution": "ortx",
+                                                "version": "0.1"}})
+    model_dir = export_triton(art, tmp_path / "repo", model_name="ortx")
+    config = assert_matches(model_dir, art, batched=True)
+    assert config.platform == "onnxruntime_onnx"
+    assert sorted(p.name for p in (model_dir / "1").iterdir()) == ["model.onnx", "model.onnx.data"]
+
+
+def test_a_plugin_target_with_another_engine_file_is_refused(tmp_path: Path) -> None:
+    art = fake_artifact(tmp_path, "my-npu", {"model.onnx": b"onnx", "model.npu": b"blob"})
+    files = r"\(files \['model.npu', 'model.onnx'\]\)"
+    with pytest.raises(TritonExportError, match=rf"'my-npu'.*not one ONNX model {files}"):
+        export_triton(art, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
+
+
 def test_trimmed_and_hidden_outputs_are_recorded(tmp_path: Path) -> None:
     art = fake_artifact(
         tmp_path, "onnxruntime", {"model.onnx": b"onnx"}, dims={},

@@ -10,7 +10,8 @@ Layout: ``<repo>/<name>/config.pbtxt`` and ``<repo>/<name>/<version>/<model file
   tensors by position through the ``INPUT__i`` / ``OUTPUT__i`` naming convention, so the config
   uses those names (in manifest order, which is the scripted forward's order) and records the
   mapping to the manifest's names in a comment and the ``fxdeploy_names`` parameter;
-- ncnn and any other target are refused: Triton has no backend for them.
+- a plugin target whose artifact is one ``model.onnx`` → ``onnxruntime_onnx``, as above;
+- ncnn and any other target are refused, with the reason: Triton has no backend for them.
 
 The model directory is written whole and swapped in atomically, like ``artifact.save``; version
 directories already there for other versions are kept (hard-linked into the new directory).
@@ -65,7 +66,7 @@ def export_triton(
     root, manifest = artifact.read_manifest(artifact_dir)  # checks hashes before anything is copied
     name = model_name or root.name
     _check_args(name, version, instance_count)
-    model_format = _format(manifest["target"])
+    model_format = _format(manifest["target"], manifest["files"])
     resolved = layout(manifest, max_batch_size)
     io_names = _io_names(manifest)
     config = triton_config(
@@ -91,11 +92,22 @@ def _check_args(name: str, version: int, instance_count: int) -> None:
         raise TritonExportError(f"instance_count must be >= 1, got {instance_count}")
 
 
-def _format(target: str) -> dict[str, str]:
+def _format(target: str, files: dict[str, str]) -> dict[str, str]:
+    """A built-in target's Triton format; a plugin target's artifact is served as ONNX where it is
+    one (its model.onnx is all there is: no host stage, no other engine file)."""
     if target in FORMATS:
         return FORMATS[target]
-    why = REFUSED.get(target, f"Triton export supports the targets {sorted(FORMATS)}")
-    raise TritonExportError(f"cannot export a {target!r} artifact to Triton: {why}")
+    if target in REFUSED:
+        raise TritonExportError(f"cannot export a {target!r} artifact to Triton: {REFUSED[target]}")
+    engine = [name for name in files if not name.endswith(".data")]
+    if engine == ["model.onnx"]:
+        logger.info("triton: %r is a plugin target; its model.onnx goes to Triton's ONNX Runtime backend", target)
+        return FORMATS["onnxruntime"]
+    raise TritonExportError(
+        f"cannot export a {target!r} artifact to Triton: it is a plugin target whose artifact is not one ONNX "
+        f"model (files {sorted(files)}), and Triton export takes ONNX, TensorRT plans and TorchScript; "
+        "lower to onnxruntime, openvino, tensorrt or torchscript for Triton"
+    )
 
 
 def _io_names(manifest: dict[str, Any]) -> dict[str, str]:
