@@ -124,9 +124,9 @@ def _check_rows(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str, 
         groups = [(have, ref)]
     worst = 0.0
     for image, (h, r) in enumerate(groups):
-        a, b = h.double().reshape(len(h), -1), r.double().reshape(len(r), -1)
-        if not len(b):
+        if not len(r):  # no detections in this image: nothing to pair (flatten, not reshape(0, -1))
             continue
+        a, b = (t.double().flatten(1) if t.dim() > 1 else t.double()[:, None] for t in (h, r))
         scale = max(1.0, float(b[torch.isfinite(b)].abs().max())) if torch.isfinite(b).any() else 1.0
         distance = torch.cdist(a, b, p=float("inf")).nan_to_num(nan=float("inf"))
         free = set(range(len(a)))

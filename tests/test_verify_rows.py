@@ -40,3 +40,10 @@ def test_unrecorded_dim_takes_the_batch_first() -> None:
     """Manifests written before rows_dim existed flag True: dim 1 of a batched leaf."""
     want = torch.stack([BOXES, BOXES])
     assert _compare(want[:, [1, 2, 0]], want, True) == 0.0
+
+
+def test_an_image_without_detections_pairs_nothing() -> None:
+    """An image whose threshold keeps nothing: zero rows of boxes and of keypoints ([0, 17, 3])."""
+    assert _compare(BOXES[:0], BOXES[:0], 0) == 0.0
+    assert _compare(torch.zeros(0, 17, 3), torch.zeros(0, 17, 3), 0) == 0.0
+    assert _compare(torch.zeros(2, 0, 4), torch.zeros(2, 0, 4), 1) == 0.0
