@@ -312,7 +312,7 @@ def load(
     chosen.require()
     if settings is None:
         try:
-            settings = Settings.from_dict(manifest["settings"])
+            settings = Settings.from_manifest(manifest["settings"])
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{root / artifact.MANIFEST}: {exc}") from exc
     if "model.onnx" in manifest["files"]:  # confine its external weights to the artifact's own files

@@ -27,17 +27,6 @@ class CaptureSettings(_Checked):
 
 
 @dataclass(frozen=True)
-class NMSSettings(_Checked):
-    """Defaults used when a pass rewrites a data-dependent NMS into multiclass_nms."""
-
-    iou_threshold: float = 0.5
-    score_threshold: float = 0.05
-    max_output_boxes_per_class: int = 200
-    pre_top_k: int = -1
-    keep_top_k: int = 100
-
-
-@dataclass(frozen=True)
 class OnnxSettings(_Checked):
     opset: int = 0
     """ONNX opset of the exported model; 0: the target's (23 on ONNX Runtime and OpenVINO, whose
@@ -101,7 +90,6 @@ class Settings:
     atol: float = 1e-4
     """verification tolerance: max abs error, scaled by max(1, |eager|)."""
     capture: CaptureSettings = field(default_factory=CaptureSettings)
-    nms: NMSSettings = field(default_factory=NMSSettings)
     onnx: OnnxSettings = field(default_factory=OnnxSettings)
     ncnn: NcnnSettings = field(default_factory=NcnnSettings)
     tensorrt: TensorRTSettings = field(default_factory=TensorRTSettings)
@@ -120,6 +108,15 @@ class Settings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Settings:
         return _build(cls, data, "settings")
+
+    @classmethod
+    def from_manifest(cls, data: dict[str, Any]) -> Settings:
+        """A saved artifact's settings: as ``from_dict``, less the sections fxdeploy no longer has."""
+        return cls.from_dict({k: v for k, v in data.items() if k not in RETIRED} if isinstance(data, dict) else data)
+
+
+RETIRED = frozenset({"nms"})
+"""Settings sections that artifacts saved by older fxdeploy may hold: ``nms`` was never read."""
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:

@@ -117,3 +117,23 @@ def test_cli_shape_syntax_lowers_with_ranges_and_writes_a_report(tmp_path: Path)
     report = (tmp_path / "r.md").read_text()
     assert "| remove_dropout | yes | aten.dropout.default: 1 → 0 |" in report
     assert "| max | [[4, 3, 96, 96]] |" in report
+
+
+def test_an_artifact_saved_with_the_retired_nms_section_still_loads(tmp_path) -> None:
+    """Settings.nms was never read and is gone; manifests written before keep loading."""
+    import json
+
+    import torch
+
+    import fxdeploy
+    from examples.models import convnet
+
+    model, (x,) = convnet()
+    path = fxdeploy.lower(model, (x,), settings=fxdeploy.Settings(verify=False)).save(tmp_path / "a")
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["settings"]["nms"] = {"iou_threshold": 0.5, "score_threshold": 0.05}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with torch.no_grad():
+        torch.testing.assert_close(fxdeploy.load(path)(x), model(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="unknown setting"):
+        fxdeploy.Settings.from_dict({"nms": {}})  # a config file that still sets it is told

@@ -93,7 +93,7 @@ def load_artifact(
     chosen = get_target(manifest["target"])
     chosen.require()
     try:
-        settings = Settings.from_dict(manifest["settings"])
+        settings = Settings.from_manifest(manifest["settings"])
     except (TypeError, ValueError) as exc:
         raise ArtifactError(f"{path}: settings: {exc}") from exc
     executor = chosen.load(path, manifest, settings)
