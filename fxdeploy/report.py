@@ -30,9 +30,8 @@ def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> 
         lines += [f"| {n} | {r['min']} | {r['opt']} | {r['max']} |" for n, r in manifest["dims"].items()]
     lines += ["", "## Passes", ""]
     lines += _passes(deployed.report)
-    host = info.get("host_nodes") or info.get("host_ops")
     lines += ["", "## Nodes the target could not take", ""]
-    lines.append(f"Run on the host instead: {host}" if host else "None: the whole graph runs in the engine.")
+    lines += _host_stages(info)
     lines += ["", "## Shape checks against eager", "", "| check | input shapes | max abs error |", "|---|---|---|"]
     for check in info.get("shape_checks", []):
         error = check["max_abs_error"]
@@ -57,3 +56,16 @@ def _passes(report: Any) -> list[str]:
         ]
         rows.append(f"| {record.name} | {'yes' if record.modified else 'no'} | {'; '.join(delta) or '—'} |")
     return rows
+
+
+def _host_stages(info: dict[str, Any]) -> list[str]:
+    """The ncnn plan's stages: which run in the engine, which on the host and with what ops."""
+    stages = info.get("ncnn", {}).get("stages") or []
+    host = [(k, stage) for k, stage in enumerate(stages) if stage.get("kind") == "host"]
+    if not host:
+        return ["None: the whole graph runs in the engine."]
+    kinds = ", ".join(f"{k}: {stage.get('kind')}" for k, stage in enumerate(stages))
+    lines = [f"The graph runs in {len(stages)} stages ({kinds}); the host stages run what the engine has no "
+             "layer for (an NMS, a top-k, a gather by computed indices), as TorchScript, inside the same execute:"]
+    lines += [f"- stage {k}: {', '.join(stage.get('ops', [])) or '(ops not recorded)'}" for k, stage in host]
+    return lines

@@ -74,7 +74,7 @@ def lower_ncnn(
             names = output_names if parts is None else None
             entry = _lower_engine(stage.module, args, labels, names, out_dir, engine_files(s), fp16=fp16, batch=batch)
         else:
-            entry = {"file": f"host.{s}.pt"}
+            entry = {"file": f"host.{s}.pt", "ops": _ops(stage.module)}  # the report lists them
             with quiet_jit():
                 script_graph(stage.module, target="ncnn host stage").save(str(out_dir / entry["file"]))
         files += [entry[key] for key in ("param", "bin", "file") if key in entry]
@@ -84,6 +84,12 @@ def lower_ncnn(
                 results = stage.module(*args)
             values.update(((s, k), value) for k, value in enumerate(results))
     return files, {"stages": plan, "outputs": [list(source) for source in outputs]}
+
+
+def _ops(module: torch.fx.GraphModule) -> list[str]:
+    """The ops a host stage runs, each once, in graph order (``aten.topk.default``)."""
+    names = [str(n.target) for n in module.graph.nodes if n.op == "call_function" and "getitem" not in str(n.target)]
+    return list(dict.fromkeys(names))
 
 
 def _is_empty(stage: Stage) -> bool:
