@@ -16,14 +16,6 @@ from typing import Any
 
 import torch
 
-BACKEND_TARGETS: dict[str, str] = {
-    "fxdeploy_ort": "onnxruntime",
-    "fxdeploy_openvino": "openvino",
-    "fxdeploy_ncnn": "ncnn",
-    "fxdeploy_trt": "tensorrt",
-    "fxdeploy_torchscript": "torchscript",
-}
-
 
 class _GraphWithConstants(torch.nn.Module):
     """Calls a dynamo graph with parameters and sizes filled in; only data tensors come in."""
@@ -118,7 +110,12 @@ def _named_inputs(module: _GraphWithConstants, count: int) -> _GraphWithConstant
     return module
 
 
-def make_backend(target: str) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
+Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+
+
+def make_backend(target: str, name: str | None = None) -> Backend:
+    """A torch.compile backend lowering each captured graph to ``target``; ``name`` is the one it
+    is registered under (``torch_dynamo_backends`` entry point), ``fxdeploy_<target>`` by default."""
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         layout, constants, data, shapes = _split_inputs(gm, example_inputs)
         wrapper = _named_inputs(_GraphWithConstants(gm, layout, constants), len(data))
@@ -147,12 +144,12 @@ def make_backend(target: str) -> Callable[[torch.fx.GraphModule, list[Any]], Cal
         run.deployed = deployed  # type: ignore[attr-defined]
         return run
 
-    backend.__name__ = f"fxdeploy_{target}"
+    backend.__name__ = name or f"fxdeploy_{target}"
     return backend
 
 
-fxdeploy_ort = make_backend("onnxruntime")
-fxdeploy_openvino = make_backend("openvino")
-fxdeploy_ncnn = make_backend("ncnn")
-fxdeploy_trt = make_backend("tensorrt")
-fxdeploy_torchscript = make_backend("torchscript")
+fxdeploy_ort = make_backend("onnxruntime", "fxdeploy_ort")
+fxdeploy_openvino = make_backend("openvino", "fxdeploy_openvino")
+fxdeploy_ncnn = make_backend("ncnn", "fxdeploy_ncnn")
+fxdeploy_trt = make_backend("tensorrt", "fxdeploy_trt")
+fxdeploy_torchscript = make_backend("torchscript", "fxdeploy_torchscript")

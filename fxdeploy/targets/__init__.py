@@ -58,7 +58,6 @@ class Target:
     load: Callable[[Path, dict[str, Any], Settings], Executor]
     version: Callable[[], str | None]
     install_hint: str
-    backend_name: str | None = None
     unavailable_reason: Callable[[], str | None] | None = None
     precisions: tuple[str, ...] = ("fp32", "fp16")
     """the ``Settings.precision`` values this target runs as asked; any other is refused, never ignored."""
@@ -80,9 +79,6 @@ class Target:
             f"Settings.precision: target {self.name!r} supports {list(self.precisions)}, got {precision!r}"
             + (f"; targets with {precision}: {others}" if others else "")
         )
-
-    def is_available(self) -> bool:
-        return self.reason() is None
 
     def require(self) -> None:
         reason = self.reason()

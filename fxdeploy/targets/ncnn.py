@@ -64,6 +64,5 @@ TARGET = Target(
     load=load,
     version=version,
     install_hint=INSTALL,
-    backend_name="fxdeploy_ncnn",
     unavailable_reason=unavailable_reason,
 )

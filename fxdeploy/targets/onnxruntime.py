@@ -57,5 +57,4 @@ TARGET = Target(
     load=load,
     version=version,
     install_hint="pip install onnxruntime",
-    backend_name="fxdeploy_ort",
 )

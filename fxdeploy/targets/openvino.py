@@ -42,5 +42,4 @@ TARGET = Target(
     version=version,
     install_hint="pip install fxdeploy[openvino]",
     precisions=("fp32", "fp16", "bf16"),
-    backend_name="fxdeploy_openvino",
 )

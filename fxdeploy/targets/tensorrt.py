@@ -72,6 +72,5 @@ TARGET = Target(
     version=version,
     install_hint="install TensorRT 10+ (pip install fxdeploy[tensorrt]) on a machine with a CUDA GPU",
     precisions=("fp32", "fp16", "bf16"),
-    backend_name="fxdeploy_trt",
     unavailable_reason=unavailable_reason,
 )

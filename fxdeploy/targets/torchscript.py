@@ -48,5 +48,4 @@ TARGET = Target(
     version=version,
     install_hint="pip install torch",
     precisions=("fp32", "fp16", "bf16"),
-    backend_name="fxdeploy_torchscript",
 )

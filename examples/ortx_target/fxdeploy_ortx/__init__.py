@@ -81,7 +81,7 @@ def make_target() -> Target:
     )
 
 
-backend = make_backend(NAME)
+backend = make_backend(NAME, "fxdeploy_ortx")
 """``torch.compile(model, backend="fxdeploy_ortx")``: each captured graph lowered to this target."""
 
 
