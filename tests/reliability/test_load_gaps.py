@@ -1,9 +1,6 @@
-"""Manifests that pass fxdeploy's checks but break inside a target's loader.
-
-The wanted behaviour is an ArtifactError naming the artifact; today the runtime's or loader's
-own exception escapes. Each test says which function to change and is a strict xfail, so it
-fails (XPASS) as soon as that is fixed and the marker must go.
-"""
+"""Manifests that pass fxdeploy's checks but would break inside a target's loader: each is an
+ArtifactError naming the artifact (load() wraps the loader's and the runtime's own exceptions),
+or, where the files fit, the artifact runs correctly."""
 
 from __future__ import annotations
 
@@ -21,13 +18,6 @@ NEEDS = {
     "torchscript": {"model.pt"}, "tensorrt": {"model.plan"},
 }
 """The files each built-in target's loader opens by name."""
-UNWRAPPED = (
-    "fxdeploy/api.py load(): chosen.load() opens files by fixed name and reads target-specific "
-    "info (e.g. info['ncnn']) without checking them, and its KeyError/ValueError/runtime errors "
-    "are not wrapped in ArtifactError"
-)
-
-
 @pytest.mark.parametrize(("target", "relabel"), [(a, b) for a in TARGETS for b in TARGETS if a != b])
 def test_artifact_relabelled_as_another_target(convnet, tmp_path: Path, target: str, relabel: str, request) -> None:
     """Relabelled, an artifact either runs correctly (same files) or is refused by name."""

@@ -39,13 +39,6 @@ for key, path in json.loads(sys.argv[1]).items():
         results[key] = [type(exc).__module__ + "." + type(exc).__qualname__, str(exc)[:300]]
 print(json.dumps(results))
 """
-NOT_WRAPPED = (
-    "fxdeploy/api.py load(): an error raised by the runtime's own parser inside chosen.load() "
-    "(onnxruntime InvalidProtobuf, OpenVINO/TorchScript RuntimeError) is not wrapped in ArtifactError"
-)
-UNWRAPPED_TARGETS = {"onnxruntime", "openvino", "torchscript"}
-
-
 @pytest.fixture(scope="module")
 def planted(convnet, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str, bool]]:
     """'target/file' -> (exception type or 'loaded', message, marker created?) for every file."""
