@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,8 +20,6 @@ from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
 from fxdeploy.settings import Settings
 from fxdeploy.targets import Lowered, LoweringJob, Target, describe, get_target, origin_of
 from fxdeploy.version import __version__
-
-logger = logging.getLogger(__name__)
 
 
 def lower(

@@ -108,12 +108,6 @@ def builder(description: dict[str, Any]) -> Callable[[list[Any]], Any]:
     return make(description)
 
 
-def count_leaves(description: dict[str, Any]) -> int:
-    if description["kind"] == "leaf":
-        return 1
-    return sum(count_leaves(c) for c in description["children"])
-
-
 def has_unregistered_dataclass(tree: Any) -> bool:
     leaves = pytree.tree_leaves(tree)
     return any(dataclasses.is_dataclass(leaf) and not isinstance(leaf, type) for leaf in leaves)
@@ -143,10 +137,6 @@ def dicts_to_dataclasses(template: Any, plain: Any) -> Any:
     if isinstance(template, (list, tuple)) and not hasattr(template, "_fields"):
         return type(template)(dicts_to_dataclasses(t, p) for t, p in zip(template, plain, strict=True))
     return plain
-
-
-def is_tensor(x: Any) -> bool:
-    return isinstance(x, torch.Tensor)
 
 
 def join_images(results: Sequence[Any], plan: dict[str, Any]) -> Any:

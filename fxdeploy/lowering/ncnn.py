@@ -13,7 +13,6 @@ to ``host.<stage>.pt`` and runs on the host (NMS with the reference kernel).
 
 from __future__ import annotations
 
-import logging
 import shutil
 import subprocess
 import tempfile
@@ -29,8 +28,6 @@ from fxdeploy.jit_warnings import quiet_jit
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
 from fxdeploy.partition import Source, Stage, split_parts
 from fxdeploy.passes.graph_utils import call_site
-
-logger = logging.getLogger(__name__)
 
 PARAM, BIN = "model.ncnn.param", "model.ncnn.bin"
 MAX_RANK = 4  # an ncnn Mat holds at most w, h, d, c per image

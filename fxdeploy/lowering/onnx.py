@@ -17,8 +17,6 @@ from fxdeploy.errors import LoweringError
 from fxdeploy.passes.graph_utils import call_site
 from fxdeploy.settings import Settings
 
-logger = logging.getLogger(__name__)
-
 _QUIET = ("torchvision is not installed", "isinstance(treespec, LeafSpec)")
 _QUIET_LOGGERS = (
     "torch.onnx._internal.exporter._registration",  # "torchvision is not installed. Skipping ..."

@@ -13,7 +13,6 @@ imported fxdeploy.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,8 +21,6 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.errors import LoweringError
 from fxdeploy.jit_warnings import quiet_jit
-
-logger = logging.getLogger(__name__)
 
 
 def plain_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
