@@ -118,7 +118,7 @@ def test_changing_fxdeploys_source_misses(convnet: Any, tmp_path: Path, monkeypa
     lower_cached(model, inputs, build, tmp_path)
     assert lower_cached(model, inputs, build, tmp_path)[1]
     cache_keys.environment.cache_clear()
-    monkeypatch.setattr(cache_keys, "source_digest", lambda: "0" * 64)
+    monkeypatch.setattr(cache_keys, "package_digest", lambda: "0" * 64)
     try:
         _, hit = lower_cached(model, inputs, build, tmp_path)
     finally:
@@ -131,7 +131,7 @@ def test_the_source_digest_follows_file_contents_and_names(tmp_path: Path) -> No
     (package / "passes").mkdir(parents=True)
     (package / "passes" / "a.py").write_text("x = 1\n")
     (package / "notes.txt").write_text("not source")
-    digest = cache_keys.source_digest.__wrapped__
+    digest = cache_keys.package_digest.__wrapped__
     first = digest(package)
     assert digest(package) == first
     (package / "notes.txt").write_text("still not source")
@@ -141,7 +141,7 @@ def test_the_source_digest_follows_file_contents_and_names(tmp_path: Path) -> No
     assert changed != first
     (package / "passes" / "a.py").rename(package / "passes" / "b.py")
     assert digest(package) not in (first, changed)
-    assert cache_keys.source_digest() == digest(Path(fxdeploy.__file__).parent)
+    assert cache_keys.package_digest() == digest(Path(fxdeploy.__file__).parent)
 
 
 def test_the_model_fingerprint_sees_weights_attributes_and_shapes() -> None:

@@ -67,7 +67,7 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def source_digest(obj: Any) -> str | None:
+def code_digest(obj: Any) -> str | None:
     """sha256 of the file that defines ``obj``: edits anywhere in it (helpers too) change the key."""
     try:
         path = inspect.getsourcefile(obj)
@@ -95,7 +95,7 @@ def callable_parts(fn: Any) -> dict[str, Any]:
     target = getattr(fn, "__func__", fn)
     return {
         "name": f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(target).__name__)}",
-        "source": source_digest(target),
+        "source": code_digest(target),
         "package": package_version(target),
     }
 

@@ -74,7 +74,7 @@ def plugin_source_digest(module: str) -> str:
         return "unknown"
     locations = list(spec.submodule_search_locations or [])
     if locations:
-        return source_digest(Path(locations[0]))
+        return package_digest(Path(locations[0]))
     return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
 
 
@@ -89,14 +89,14 @@ def environment() -> dict[str, Any]:
             versions[dist] = None
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
-        "fxdeploy": __version__, "fxdeploy_source": source_digest(),
+        "fxdeploy": __version__, "fxdeploy_source": package_digest(),
         "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **versions,
         "machine": platform.machine(), "system": platform.system(), "gpu": gpu,
     }
 
 
 @functools.lru_cache(maxsize=16)
-def source_digest(package: Path = _PACKAGE) -> str:
+def package_digest(package: Path = _PACKAGE) -> str:
     """sha256 over fxdeploy's own Python files (paths and contents): a change to a pass or a lowering
     changes what gets built, and the version number does not move with every such change (an
     artifact cached before opset 23 was the default kept being served at opset 20). Hashing the

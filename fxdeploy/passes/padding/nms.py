@@ -18,7 +18,7 @@ from fxdeploy.passes.padding.rule import CompactionError, Rule, replace_node
 
 aten = torch.ops.aten
 Node = torch.fx.Node
-NMS_OPS = ("fxdeploy.nms.default", "fxdeploy.batched_nms.default", "torchvision.nms.default")
+DATA_DEPENDENT_NMS = ("fxdeploy.nms.default", "fxdeploy.batched_nms.default", "torchvision.nms.default")
 
 
 def multiclass_keep(graph: torch.fx.Graph, nms: Node, scores: Node, top_k: int) -> tuple[Node, Node]:
@@ -43,7 +43,7 @@ def multiclass_keep(graph: torch.fx.Graph, nms: Node, scores: Node, top_k: int) 
 
 
 def _check(node: Node, rows: PaddedRows) -> str | None:
-    return None if is_op(node, *NMS_OPS) else f"not one of {NMS_OPS}"
+    return None if is_op(node, *DATA_DEPENDENT_NMS) else f"not one of {DATA_DEPENDENT_NMS}"
 
 
 def _replace(gm: torch.fx.GraphModule, nms: Node, rows: PaddedRows) -> None:
