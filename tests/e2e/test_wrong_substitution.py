@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 import fxdeploy
+from examples.pose import unpack  # padded rows and keypoints as a list of dicts, cut at each count
 from fxdeploy import Substitution
 from fxdeploy.compare import compare_outputs
 
@@ -52,12 +53,6 @@ def off_by_one(self: TinyPose, boxes: torch.Tensor, scores: torch.Tensor, keypoi
     shifted = (index + 1).clamp(0, boxes.shape[1] - 1)  # BUG (on purpose): one anchor off
     points = torch.gather(keypoints, 1, shifted[..., None, None].expand(-1, -1, KEYPOINTS, 3))
     return det_boxes, det_scores, det_labels, counts, points
-
-
-def unpack(outputs: tuple[torch.Tensor, ...]) -> list[dict[str, torch.Tensor]]:
-    boxes, scores, labels, counts, points = outputs
-    return [{"boxes": boxes[i, :n], "scores": scores[i, :n], "labels": labels[i, :n], "keypoints": points[i, :n]}
-            for i, n in enumerate(counts.tolist())]
 
 
 def _model_and_images() -> tuple[TinyPose, torch.Tensor]:
