@@ -160,11 +160,14 @@ def _lift_minimums(captured: Captured, lifted: dict[str, int]) -> None:
     for name, low in lifted.items():
         captured.dims[name] = replace(captured.dims[name], min=low)
     sizes = {name: r.min for name, r in captured.dims.items()}
-    at_min = {name: [dims_mod.size_of(d, sizes) for d in shape]
-              for name, shape in zip(captured.input_names, captured.input_shapes, strict=True)}
-    held = [g for g in captured.guards if guards.violated([g], at_min) is None]
-    captured.pending = Pending(narrowed, [g for g in captured.guards if g not in held])
-    captured.guards = held
+    shapes = dict(zip(captured.input_names, captured.input_shapes, strict=True))
+    at_min = {name: [dims_mod.size_of(d, sizes) for d in shape] for name, shape in shapes.items()}
+    lifted_axes = {(name, axis) for name, shape in shapes.items() for axis, d in enumerate(shape)
+                   if isinstance(d, str) and dims_mod.parse(d)[1] in lifted}
+    waiting = [g for g in captured.guards  # broken at the declared min, and about a lifted dim
+               if guards.sizes_read(g) & lifted_axes and guards.violated([g], at_min) is not None]
+    captured.pending = Pending(narrowed, waiting)
+    captured.guards = [g for g in captured.guards if g not in waiting]
     logger.info("torch.export raised the min of %s to 2 (its 0/1 specialization); lower() checks the declared min",
                 ", ".join(sorted(lifted)))
 
