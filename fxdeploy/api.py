@@ -160,12 +160,12 @@ def _verify(
             captured.input_names, captured.guards,
         )
 
-    if captured.pending is None:
-        return run_checks()
     try:
         return run_checks()
-    except (LoweringError, InferenceError) as exc:  # the declared min does not hold: narrow as torch.export did
-        _narrow_again(deployed, captured, exc)
+    except (LoweringError, InferenceError) as exc:
+        if captured.pending is None:
+            raise
+        _narrow_again(deployed, captured, exc)  # the declared min does not hold: narrow as torch.export did
         return run_checks()
 
 

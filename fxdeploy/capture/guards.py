@@ -16,6 +16,7 @@ refused when the artifact is loaded, and nothing is ever passed to ``eval``.
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import operator
 import re
@@ -55,8 +56,9 @@ def from_export(guards_code: Sequence[str], inputs: Mapping[str, Sequence[int | 
     return kept
 
 
+@functools.lru_cache(maxsize=256)
 def parse(guard: str) -> ast.expr:
-    """The guard's tree; ValueError where it holds anything but size arithmetic."""
+    """The guard's tree, parsed once per guard; ValueError where it holds anything but size arithmetic."""
     try:
         tree = ast.parse(guard, mode="eval").body
     except SyntaxError as exc:
