@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fxdeploy.model_spec import load_factory
+from fxdeploy.cli.model_spec import load_factory
 from tests.helpers import run_python
 
 POSE = """
@@ -36,7 +36,7 @@ def _files(folder: Path, deploy: str = DEPLOY) -> Path:
 
 def test_a_model_file_imports_the_files_beside_it(tmp_path: Path) -> None:
     path = _files(tmp_path / "models")
-    code = f"from fxdeploy.model_spec import load_factory\nm, (x,) = load_factory({str(path) + ':factory'!r})\n"
+    code = f"from fxdeploy.cli.model_spec import load_factory\nm, (x,) = load_factory({str(path) + ':factory'!r})\n"
     code += "print(type(m).__name__, m(x).sum().item())"
     assert run_python(code).split() == ["Pose", "12.0"]
 

@@ -11,7 +11,7 @@ import pytest
 import tomllib
 
 import fxdeploy
-from fxdeploy import settings_cli
+from fxdeploy.cli import settings as settings_cli
 from fxdeploy.settings import CaptureSettings, NcnnSettings, OnnxSettings, Settings, TensorRTSettings
 from tests.helpers import ROOT
 

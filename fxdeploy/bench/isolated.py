@@ -90,7 +90,7 @@ def _load(request: dict[str, Any]) -> tuple[Any, tuple[Any, ...], Any]:
     torch.set_num_threads(int(request["threads"]))
     inputs = torch.load(request["inputs"], weights_only=True)
     if request.get("spec"):
-        from fxdeploy.model_spec import load_factory, load_substitutions
+        from fxdeploy.cli.model_spec import load_factory, load_substitutions
 
         model, _ = load_factory(request["spec"])
         return model.eval(), tuple(inputs), load_substitutions(request["spec"])

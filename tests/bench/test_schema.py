@@ -13,7 +13,7 @@ import torch
 
 import fxdeploy
 from fxdeploy.bench import SCHEMA, markdown, plot, run_benchmark, validate
-from fxdeploy.model_spec import load_factory
+from fxdeploy.cli.model_spec import load_factory
 
 SPEC = "examples/models.py:dict_mlp"
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from fxdeploy.cli import _parser, main
-from fxdeploy.cli_bench import run_compare
+from fxdeploy.cli.bench import run_compare
+from fxdeploy.cli.main import _parser, main
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""``fxdeploy bench`` and ``fxdeploy compare``: kept apart from cli.py so that file stays small."""
+"""``fxdeploy bench`` and ``fxdeploy compare``: the two commands that compare targets."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _targets(text: str, allow_all: bool) -> str | list[str]:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from fxdeploy.bench import markdown, plot, run_benchmark
-    from fxdeploy.model_spec import load_factory, load_substitutions
+    from fxdeploy.cli.model_spec import load_factory, load_substitutions
 
     model, inputs = load_factory(args.model)
     targets = _targets(args.targets, allow_all=True)
@@ -90,9 +90,9 @@ def run_compare(args: argparse.Namespace, transform: Mapping[str, Callable[[Any]
     """The compare command; ``transform`` lets tests perturb a target's outputs in-process."""
     import dataclasses
 
-    from fxdeploy.cli import parse_dynamic
+    from fxdeploy.cli.model_spec import load_factory, load_substitutions
+    from fxdeploy.cli.shapes import parse_dynamic
     from fxdeploy.compare import Tolerances, compare
-    from fxdeploy.model_spec import load_factory, load_substitutions
     from fxdeploy.settings import Settings
 
     model, inputs = load_factory(args.model)

@@ -1,0 +1,10 @@
+"""The ``fxdeploy`` command line: lower, run, check-env, bench, compare, export-triton.
+
+``main`` parses and dispatches (``main.py``); each group of commands has its module: ``bench``
+(bench, compare), ``triton`` (export-triton), ``settings`` (flags generated from the settings
+dataclasses), ``shapes`` (``--dynamic``/``--shape``) and ``model_spec`` (``file.py:factory``).
+"""
+
+from fxdeploy.cli.main import main
+
+__all__ = ["main"]
