@@ -28,7 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import fxdeploy  # noqa: E402
 from examples.zoo import ZOO  # noqa: E402
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, round_medians  # noqa: E402
-from fxdeploy.settings import OnnxSettings, Settings  # noqa: E402
+from fxdeploy.settings import Settings  # noqa: E402
+from fxdeploy.targets.sections import OnnxSettings  # noqa: E402
 
 MODELS = ("vit_small", "detr_small", "rt_detr_small", "yolos_small")
 TARGETS = ("onnxruntime", "openvino")
@@ -48,7 +49,7 @@ def compare(name: str, target: str, threads: int, rounds: int, work: Path) -> st
     x = images[:1].contiguous()
     calls, nodes = {}, {}
     for opset in OPSETS:  # lower() checks each artifact against eager before it returns
-        settings = Settings(threads=threads, onnx=OnnxSettings(opset=opset))
+        settings = Settings(threads=threads, sections={"onnx": OnnxSettings(opset=opset)})
         deployed = fxdeploy.lower(model, (x,), target=target, settings=settings, substitutions=entry.substitutions)
         nodes[opset] = attention_nodes(deployed, work / f"{name}-{target}-{opset}")
         calls[opset] = lambda d=deployed: d(x)

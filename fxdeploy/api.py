@@ -73,7 +73,7 @@ def lower(
         target,
         lambda: model_parts(model, args, kwargs, dynamic_shapes, subs),
         build=build,
-        settings_dict=settings.to_dict(),
+        settings_dict=settings.to_dict(sections=list(chosen.sections)),
         cache_dir=settings.cache.dir or None,
         max_bytes=int(settings.cache.max_gib * 2**30),
         load=in_process_loader(model, args, kwargs, subs),
@@ -261,7 +261,7 @@ def _manifest(
         "dims": {name: r.to_dict() for name, r in captured.dims.items()},
         **({"guards": captured.guards} if captured.guards else {}),
         **({"per_image": captured.per_image} if captured.per_image is not None else {}),
-        "settings": settings.to_dict(),
+        "settings": settings.to_dict(sections=list(chosen.sections)),  # fxdeploy's and the target's own
         "files": dict.fromkeys(files, ""),
         "info": dict(
             info, capture_mode=captured.mode, substitutions=captured.substitutions,

@@ -1,73 +1,44 @@
-"""Settings: one frozen dataclass tree, passed explicitly. No ambient configuration."""
+"""Settings: one frozen dataclass tree, passed explicitly. No ambient configuration.
+
+fxdeploy's own settings are fields of ``Settings``. A target's settings are a *section*: a frozen
+dataclass the target declares (``Target.sections``, e.g. ``{"onnx": OnnxSettings}``), built-in and
+plugin targets alike. ``Settings.sections`` holds one instance per declared section (its defaults
+unless given), read as ``settings.onnx``; Python, TOML (``[onnx]``), the CLI flags
+(``--onnx-opset``), the manifest and the cache key all see sections as they see fxdeploy's own.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
+from fxdeploy.errors import RegistryError
+
 MAX_THREADS = 1024
-MIN_OPSET = 18
 CaptureMode = Literal["auto", "strict", "non_strict"]
 Precision = Literal["fp32", "fp16", "bf16"]
 
 
-class _Checked:
-    """Every settings table validates its field types when built."""
+class Section:
+    """Base of every settings table: validates its field types when built. A target's section is
+    a frozen dataclass deriving from it, one docstring per field (the CLI flag's help text)."""
 
     def __post_init__(self) -> None:
         check_types(self, type(self).__name__)
 
 
 @dataclass(frozen=True)
-class CaptureSettings(_Checked):
+class CaptureSettings(Section):
     mode: CaptureMode = "auto"
     """auto: non-strict torch.export unless a substituted function is called, then strict (dynamo)."""
 
 
 @dataclass(frozen=True)
-class OnnxSettings(_Checked):
-    opset: int = 0
-    """ONNX opset of the exported model; 0: the target's (23 on ONNX Runtime and OpenVINO, whose
-    Attention kernels then run each scaled_dot_product_attention as one node; 20 on TensorRT, whose
-    parser reads Attention only from 10.14). From 18 up: fxdeploy's own translations use opset-18 ops."""
-    ir_version: int = 10
-    """ONNX IR version written; onnxruntime 1.31 reads at most 13, onnx 1.23 writes 14 by default."""
-    optimize: bool = True
-    """run the onnxscript optimizer (constant folding, dead code) on the exported model."""
-    external_data_mib: float = 16.0
-    """weights of at least this many MiB go to model.onnx.data beside model.onnx, written straight from
-    the exporter's tensors (an inline file costs two more in-memory copies); 0: always; past 2 GiB: always."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.opset != 0 and self.opset < MIN_OPSET:
-            raise ValueError(
-                f"Settings.onnx.opset must be 0 (the target's) or at least {MIN_OPSET}, got {self.opset}"
-            )
-        if self.external_data_mib < 0:
-            raise ValueError(f"Settings.onnx.external_data_mib must be >= 0, got {self.external_data_mib}")
-
-
-@dataclass(frozen=True)
-class NcnnSettings(_Checked):
-    fp16: bool = False
-    """ncnn defaults to fp16 storage and arithmetic; fp32 is fxdeploy's default for parity."""
-
-
-@dataclass(frozen=True)
-class TensorRTSettings(_Checked):
-    workspace_gib: float = 4.0
-    """builder workspace memory pool limit."""
-    engine_cache_dir: str = ""
-    """where built engines are kept, keyed by ONNX hash, settings and TensorRT version."""
-    nms_flavour: Literal["standard", "efficient_nms_trt"] = "standard"
-    """standard: ONNX NonMaxSuppression (INMSLayer, TRT >= 10); efficient_nms_trt: the plugin (TRT < 11)."""
-
-
-@dataclass(frozen=True)
-class CacheSettings(_Checked):
+class CacheSettings(Section):
     enabled: bool = False
     """reuse a lowered artifact when graph, settings, target, runtime version and machine match."""
     dir: str = ""
@@ -90,10 +61,9 @@ class Settings:
     atol: float = 1e-4
     """verification tolerance: max abs error, scaled by max(1, |eager|)."""
     capture: CaptureSettings = field(default_factory=CaptureSettings)
-    onnx: OnnxSettings = field(default_factory=OnnxSettings)
-    ncnn: NcnnSettings = field(default_factory=NcnnSettings)
-    tensorrt: TensorRTSettings = field(default_factory=TensorRTSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
+    sections: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """the targets' sections by name (``Target.sections``); one left out holds its class's defaults."""
 
     def __post_init__(self) -> None:
         check_types(self, "Settings")
@@ -101,25 +71,57 @@ class Settings:
             raise ValueError(f"Settings.threads must be in [1, {MAX_THREADS}], got {self.threads}")
         if self.image_streams < 0:
             raise ValueError(f"Settings.image_streams must be >= 0 (0: one per thread), got {self.image_streams}")
+        object.__setattr__(self, "sections", MappingProxyType(_complete(self.sections)))
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def __getattr__(self, name: str) -> Any:
+        """``settings.onnx``: a section by name (called only for names that are not fields)."""
+        sections = self.__dict__.get("sections", {})
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"Settings has no field or section {name!r}; sections: {sorted(sections)}")
+
+    def with_sections(self, **sections: Any) -> Settings:
+        """A copy with the given sections replaced: ``settings.with_sections(onnx=OnnxSettings(opset=20))``."""
+        return dataclasses.replace(self, sections={**self.sections, **sections})
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a mapping proxy does not pickle; the plain data does
+        return (Settings.from_dict, (self.to_dict(),))
+
+    def to_dict(self, sections: Sequence[str] | None = None) -> dict[str, Any]:
+        """Plain data, each section a table beside ``capture``; ``sections``: only those."""
+        core = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "sections"}
+        names = self.sections if sections is None else sections
+        return {**core, **{name: dataclasses.asdict(self.sections[name]) for name in names}}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Settings:
-        return _build(cls, data, "settings")
+    def from_dict(cls, data: dict[str, Any], *, unknown_sections: bool = False) -> Settings:
+        """``unknown_sections``: drop tables (never plain values) that no registered target declares."""
+        if not isinstance(data, dict):
+            raise TypeError(f"settings: expected a table/dict, got {type(data).__name__}")
+        fields = {f.name for f in dataclasses.fields(cls)} - {"sections"}
+        types = section_types()
+        unknown = sorted(name for name in set(data) - fields - set(types)
+                         if not (unknown_sections and isinstance(data[name], dict)))
+        if unknown:
+            raise ValueError(f"settings: unknown setting(s) {unknown}; known: {sorted(fields | set(types))}")
+        core = {name: value for name, value in data.items() if name in fields}
+        sections = {name: _build(types[name], value, f"settings.{name}") for name, value in data.items()
+                    if name in types and name not in fields}
+        return _build(cls, core, "settings", sections=sections)
 
     @classmethod
     def from_manifest(cls, data: dict[str, Any]) -> Settings:
-        """A saved artifact's settings: as ``from_dict``, less the sections fxdeploy no longer has."""
-        return cls.from_dict({k: v for k, v in data.items() if k not in RETIRED} if isinstance(data, dict) else data)
+        """A saved artifact's settings: as ``from_dict``, less the sections fxdeploy no longer has
+        and those of targets not installed here (loading checks the artifact's own target first)."""
+        return cls.from_dict({k: v for k, v in data.items() if k not in RETIRED} if isinstance(data, dict) else data,
+                             unknown_sections=True)
 
 
 RETIRED = frozenset({"nms"})
 """Settings sections that artifacts saved by older fxdeploy may hold: ``nms`` was never read."""
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+def _build(cls: type, data: dict[str, Any], where: str, **extra: Any) -> Any:
     if not isinstance(data, dict):
         raise TypeError(f"{where}: expected a table/dict, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -133,7 +135,66 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
             kwargs[name] = _build(type(default), value, f"{where}.{name}")
         else:
             kwargs[name] = value
-    return cls(**kwargs)
+    return cls(**kwargs, **extra)
+
+
+def _plain(value: Any) -> Any:
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+
+_SECTION_TYPES: dict[str, tuple[type, str]] = {}
+"""Section name -> (its frozen dataclass, who declared it first)."""
+_discover: list[Callable[[], None]] = []
+
+
+def on_discover(hook: Callable[[], None]) -> None:
+    """Called by the target registry: ``hook`` registers every target (and so its sections) once."""
+    _discover[:] = [hook]
+
+
+def check_section(name: str, cls: type, owner: str) -> None:
+    """Refuse a section that could not be a table of its own, or that another target owns."""
+    core = {f.name for f in dataclasses.fields(Settings)}
+    if not name.isidentifier() or name in core:
+        raise RegistryError(f"{owner}: settings section {name!r} must be an identifier other than {sorted(core)}")
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen or not issubclass(cls, Section):
+        raise RegistryError(f"{owner}: settings section {name!r} must be a frozen dataclass deriving from "
+                            f"fxdeploy.settings.Section, got {cls!r}")
+    known = _SECTION_TYPES.get(name)
+    if known is not None and known[0] is not cls:
+        raise RegistryError(f"{owner}: settings section {name!r} is already declared by {known[1]} "
+                            f"as {known[0].__qualname__}")
+    try:
+        cls()
+    except Exception as exc:  # noqa: BLE001 - a section must build from its defaults alone
+        raise RegistryError(f"{owner}: settings section {name!r} does not build from its defaults: {exc}") from exc
+
+
+def register_section(name: str, cls: type, owner: str) -> None:
+    check_section(name, cls, owner)
+    _SECTION_TYPES.setdefault(name, (cls, owner))
+
+
+def section_types() -> dict[str, type]:
+    """Every registered target's sections, in registration order."""
+    for hook in _discover:
+        hook()
+    return {name: cls for name, (cls, _) in _SECTION_TYPES.items()}
+
+
+def _complete(given: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(given, Mapping):
+        raise TypeError(f"Settings.sections: expected a mapping of section name to table, got {type(given).__name__}")
+    types = section_types()
+    unknown = sorted(set(given) - set(types))
+    if unknown:
+        raise ValueError(f"Settings.sections: unknown section(s) {unknown}; the targets declare {sorted(types)}")
+    for name, value in given.items():
+        if type(value) is not types[name]:
+            raise TypeError(f"Settings.sections[{name!r}]: expected {types[name].__qualname__}, "
+                            f"got {type(value).__qualname__}")
+    return {name: given[name] if name in given else cls() for name, cls in types.items()}
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -4,11 +4,13 @@ optimized artifact and its torch.compile backend. fxdeploy's own environment doe
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from fxdeploy.artifact import MANIFEST
 from tests.helpers import ROOT
 
 PLUGIN = ROOT / "examples" / "ortx_target"
@@ -32,12 +34,14 @@ def test_the_example_plugin_installs_and_passes_its_own_tests(tmp_path: Path) ->
     assert console.returncode == 0 and "ort-extended: available" in console.stdout, console.stdout + console.stderr
     lowered = subprocess.run(
         [sys.executable, "-m", "fxdeploy.cli", "lower", "examples/models.py:convnet", "--target", "ort-extended",
-         "--out", str(tmp_path / "art")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+         "--ortx-level", "basic", "--out", str(tmp_path / "art")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
     )
     assert lowered.returncode == 0 and "lowered ConvNet to ort-extended" in lowered.stdout, lowered.stderr[-2000:]
+    manifest = json.loads((tmp_path / "art" / MANIFEST).read_text())
+    assert manifest["settings"]["ortx"] == {"level": "basic"} and manifest["info"]["level"] == "basic"
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(PLUGIN / "tests")],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1200,
     )
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
-    assert "8 passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout[-2000:]
+    assert "9 passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout[-2000:]

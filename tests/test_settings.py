@@ -12,12 +12,14 @@ import tomllib
 
 import fxdeploy
 from fxdeploy.cli import settings as settings_cli
-from fxdeploy.settings import CaptureSettings, NcnnSettings, OnnxSettings, Settings, TensorRTSettings
+from fxdeploy.settings import CaptureSettings, Settings
+from fxdeploy.targets.sections import NcnnSettings, OnnxSettings, TensorRTSettings
 from tests.helpers import ROOT
 
 PYTHON = Settings(
     threads=3, precision="fp16", verify=False, capture=CaptureSettings(mode="strict"),
-    ncnn=NcnnSettings(fp16=True), onnx=OnnxSettings(opset=21), tensorrt=TensorRTSettings(workspace_gib=1.5),
+    sections={"ncnn": NcnnSettings(fp16=True), "onnx": OnnxSettings(opset=21),
+              "tensorrt": TensorRTSettings(workspace_gib=1.5)},
 )
 CONFIG = """
 threads = 3
@@ -69,7 +71,7 @@ def test_every_field_has_a_flag_with_its_docstring() -> None:
     parser = argparse.ArgumentParser()
     settings_cli.add_arguments(parser)
     text = parser.format_help()
-    for path, _, _ in settings_cli.leaf_fields():
+    for path, _, _, _ in settings_cli.leaf_fields():
         assert "--" + "-".join(path).replace("_", "-") in text
     assert "intra-op threads for every runtime" in text
 

@@ -66,7 +66,7 @@ class _WrongAtOtherSizes(Executor):
         super().__init__()
         self.inner, self.good_batch = inner, good_batch
 
-    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out = self.inner.execute(feeds)
         batch = next(iter(feeds.values())).shape[0]
         return out if batch == self.good_batch else {k: v + 1 for k, v in out.items()}

@@ -18,11 +18,26 @@ from tests.helpers import ROOT, run_python
 
 PACKAGE = '''
 """my_pkg: reuses fxdeploy's ONNX lowering, runs it with a deliberately trivial executor."""
+from dataclasses import dataclass
 import onnxruntime
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
+from fxdeploy.settings import Section
 from fxdeploy.targets import Target
 from fxdeploy.targets.onnxruntime import lower_onnx
+from fxdeploy.targets.sections import OnnxSettings
+
+
+@dataclass(frozen=True)
+class MySettings(Section):
+    level: int = 1
+    """how hard my_pkg optimizes (recorded in the artifact's info)."""
+
+
+def _lower(job):
+    lowered = lower_onnx(job)
+    lowered.info["level"] = job.settings.mypkg.level
+    return lowered
 
 
 class PlainSession(Executor):
@@ -31,7 +46,7 @@ class PlainSession(Executor):
         self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         self.names = names
 
-    def _run(self, feeds):
+    def run(self, feeds):
         import torch
         arrays = self.session.run(self.names, {k: v.numpy() for k, v in feeds.items()})
         return {n: torch.from_numpy(a.copy()) for n, a in zip(self.names, arrays)}
@@ -41,13 +56,18 @@ def _load(directory, manifest, settings):
     return PlainSession(directory / "model.onnx", [o["name"] for o in manifest["outputs"]])
 
 
-def make_target(name="mytarget"):
-    return Target(name=name, pipeline=pipeline_for("onnxruntime"), lower=lower_onnx, load=_load,
-                  version=lambda: "1.0", install_hint="pip install my-pkg")
+def make_target(name="mytarget", sections=None):
+    return Target(name=name, pipeline=pipeline_for("onnxruntime"), lower=_lower, load=_load,
+                  version=lambda: "1.0", install_hint="pip install my-pkg",
+                  sections={"mypkg": MySettings, "onnx": OnnxSettings} if sections is None else sections)
 
 
 def make_duplicate():
     return make_target("onnxruntime")
+
+
+def make_clash():
+    return make_target("clash", sections={"onnx": MySettings})
 
 
 PACKAGE_NAME = "my_pkg"
@@ -67,7 +87,8 @@ print(loaded.target, torch.equal(loaded(x), deployed(x)))
 """
 
 
-def _site(root: Path, entry_points: str) -> Path:
+def make_site(root: Path, entry_points: str) -> Path:
+    """A site directory holding ``my_pkg`` as distribution my-pkg 1.0, with these target entry points."""
     site = root / "site"
     (site / "my_pkg").mkdir(parents=True)
     (site / "my_pkg" / "__init__.py").write_text(PACKAGE)
@@ -79,7 +100,7 @@ def _site(root: Path, entry_points: str) -> Path:
 
 
 def test_entry_point_target_is_listed_and_lowers_without_changing_fxdeploy(tmp_path: Path) -> None:
-    site = _site(tmp_path, "mytarget = my_pkg:make_target")
+    site = make_site(tmp_path, "mytarget = my_pkg:make_target")
     out = run_python(USE.format(out=str(tmp_path / "art")), env={"PYTHONPATH": f"{site}:{ROOT}"}).splitlines()
     names, available, version = out[0].split(" ")
     assert names.split(",") == ["onnxruntime", "openvino", "ncnn", "tensorrt", "torchscript", "mytarget"]
@@ -111,12 +132,14 @@ print(env.returncode, json.dumps(env.stdout))
          "of distribution my-pkg 1.0)", "RegistryError: target 'onnxruntime' is already registered"),
         ("broken = my_pkg.missing:make_target", "broken", "ModuleNotFoundError: No module named 'my_pkg.missing'"),
         ("wrong = my_pkg:PACKAGE_NAME", "wrong", "RegistryError: it gave str, expected fxdeploy.targets.Target"),
+        ("clash = my_pkg:make_clash", "clash", "RegistryError: target 'clash': settings section 'onnx' is already "
+         "declared by target 'onnxruntime' as OnnxSettings"),
     ],
 )
 def test_a_broken_plugin_is_a_row_and_every_other_target_works(
     tmp_path: Path, entry_point: str, row: str, error: str
 ) -> None:
-    site = _site(tmp_path, entry_point)
+    site = make_site(tmp_path, entry_point)
     out = run_python(BUILTIN_STILL_WORKS, env={"PYTHONPATH": f"{site}:{ROOT}"}).splitlines()
     first, second = json.loads(out[0]), json.loads(out[1])
     assert first == second
@@ -130,7 +153,7 @@ def test_a_broken_plugin_is_a_row_and_every_other_target_works(
 
 
 def test_a_loaded_artifact_whose_plugin_is_gone_names_its_distribution(tmp_path: Path) -> None:
-    site = _site(tmp_path, "mytarget = my_pkg:make_target")
+    site = make_site(tmp_path, "mytarget = my_pkg:make_target")
     run_python(USE.format(out=str(tmp_path / "art")), env={"PYTHONPATH": f"{site}:{ROOT}"})
     code = (
         "import fxdeploy\n"
@@ -158,7 +181,7 @@ for target in ("mytarget", "onnxruntime"):
 
 def test_the_cache_key_covers_a_plugins_distribution_and_source(tmp_path: Path) -> None:
     """An edited plugin must not be served the artifacts its old code built."""
-    site = _site(tmp_path, "mytarget = my_pkg:make_target")
+    site = make_site(tmp_path, "mytarget = my_pkg:make_target")
     env = {"PYTHONPATH": f"{site}:{ROOT}"}
     plugin_before, builtin_before = run_python(KEY, env=env).split()
     assert run_python(KEY, env=env).split() == [plugin_before, builtin_before]  # stable

@@ -1,7 +1,8 @@
 """CLI flags generated from the Settings dataclasses and their field docstrings, plus config files.
 
 ``--threads``, ``--capture-mode``, ``--ncnn-fp16/--no-ncnn-fp16`` ... come from the fields, so a
-new setting is a CLI flag with help text the moment it is added. Resolution order: preset, then
+new setting is a CLI flag with help text the moment it is added; a plugin target's section
+(``Target.sections``) gets its flags the same way. Resolution order: preset, then
 ``--config file.toml``, then flags. ``--print-settings`` prints the result.
 """
 
@@ -13,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import textwrap
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -24,31 +26,41 @@ from fxdeploy.settings import Settings
 
 
 @functools.cache
-def field_docs() -> dict[tuple[str, str], str]:
-    """{(class name, field): docstring} read from settings.py's source (strings after fields)."""
-    tree = ast.parse(inspect.getsource(settings_mod))
-    docs: dict[tuple[str, str], str] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        body = node.body
-        for current, following in zip(body, body[1:], strict=False):
-            if isinstance(current, ast.AnnAssign) and isinstance(current.target, ast.Name):
-                if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
-                    docs[(node.name, current.target.id)] = " ".join(str(following.value.value).split())
+def field_docs(cls: type) -> dict[str, str]:
+    """{field: docstring} of one settings dataclass, read from its own source (strings after fields):
+    fxdeploy's tables and a plugin target's sections alike."""
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):  # no source at hand: flags without help text
+        return {}
+    docs: dict[str, str] = {}
+    body = node.body if isinstance(node, ast.ClassDef) else []
+    for current, following in zip(body, body[1:], strict=False):
+        if isinstance(current, ast.AnnAssign) and isinstance(current.target, ast.Name):
+            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+                docs[current.target.id] = " ".join(str(following.value.value).split())
     return docs
 
 
-def leaf_fields(cls: type = Settings, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:
-    """(path, type hint, default) for every non-table field, depth first."""
-    hints = typing.get_type_hints(cls)
+def tables() -> dict[str, Any]:
+    """Each settings table by name, with its defaults: fxdeploy's (capture, cache) then the targets'."""
+    defaults = Settings()
+    own = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(Settings)}
+    return {**{n: v for n, v in own.items() if dataclasses.is_dataclass(v)}, **defaults.sections}
+
+
+def leaf_fields() -> list[tuple[tuple[str, ...], Any, Any, str]]:
+    """(path, type hint, default, help) for every setting that is not a table, depth first."""
     out = []
-    for f in dataclasses.fields(cls):
-        default = getattr(cls(), f.name)
-        if dataclasses.is_dataclass(default):
-            out.extend(leaf_fields(type(default), (*prefix, f.name)))
-        else:
-            out.append(((*prefix, f.name), hints[f.name], default))
+    top_docs, top_hints = field_docs(Settings), typing.get_type_hints(Settings)
+    for f in dataclasses.fields(Settings):
+        default = getattr(Settings(), f.name)
+        if f.name != "sections" and not dataclasses.is_dataclass(default):
+            out.append(((f.name,), top_hints[f.name], default, top_docs.get(f.name, "")))
+    for name, table in tables().items():
+        docs, hints = field_docs(type(table)), typing.get_type_hints(type(table))
+        for f in dataclasses.fields(table):
+            out.append(((name, f.name), hints[f.name], getattr(table, f.name), docs.get(f.name, "")))
     return out
 
 
@@ -57,12 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--preset", default="default", choices=sorted(settings_mod.PRESETS))
     group.add_argument("--config", type=Path, help="TOML file with the same keys as fxdeploy.Settings")
     group.add_argument("--print-settings", action="store_true", help="print the resolved settings and exit")
-    docs = field_docs()
-    owners = {f.name: type(getattr(Settings(), f.name)).__name__ for f in dataclasses.fields(Settings)}
-    for path, hint, default in leaf_fields():
-        owner = "Settings" if len(path) == 1 else owners[path[0]]
+    for path, hint, default, doc in leaf_fields():
         flag = "--" + "-".join(path).replace("_", "-")
-        help_text = f"{docs.get((owner, path[-1]), '')} (default: {default!r})"
+        help_text = f"{doc} (default: {default!r})"
         dest = "setting:" + ".".join(path)
         if hint is bool:
             group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,

@@ -62,41 +62,49 @@ class TimingRecorder:
 
 
 class Executor(abc.ABC):
-    """Runs one lowered artifact. Subclasses implement ``_run``; ``execute`` adds the timing."""
+    """Runs one lowered artifact: the contract a target's ``load`` returns (public, versioned).
+
+    A subclass implements ``run(feeds) -> outputs``: tensors by input name in, tensors by output
+    name out (the manifest's names), contiguous CPU tensors of the manifest's dtypes, already
+    validated by ``Deployed``. ``run`` only runs the engine: no validation, no conversion a caller
+    could do, since ``execute`` times it. It may be called from several threads at once unless
+    ``thread_safe`` is False. Optional: ``run_images`` (several per-image requests of one call at
+    once) and ``synchronize`` (a device engine waits for its work, inside the timed region).
+    """
 
     thread_safe: bool = True
-    """False where concurrent calls into the engine are unsafe; Deployed then serializes them."""
+    """False where concurrent ``run`` calls into the engine are unsafe; Deployed then serializes them."""
 
     def __init__(self) -> None:
         self.timings = TimingRecorder()
 
     def execute(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         start = time.perf_counter_ns()
-        outputs = self._run(feeds)
-        self._synchronize()
+        outputs = self.run(feeds)
+        self.synchronize()
         self.timings.record(time.perf_counter_ns() - start)
         return outputs
 
     def execute_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
         """A per-image artifact's images of one call, results in order, timed as one call."""
         start = time.perf_counter_ns()
-        outputs = self._run_images(images) if len(images) > 1 else [self._run(feeds) for feeds in images]
-        self._synchronize()
+        outputs = self.run_images(images) if len(images) > 1 else [self.run(feeds) for feeds in images]
+        self.synchronize()
         self.timings.record(time.perf_counter_ns() - start)
         return outputs
 
-    def _run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+    def run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
         """One after the other; engines that run several requests at once override this."""
-        return [self._run(feeds) for feeds in images]
+        return [self.run(feeds) for feeds in images]
 
     @property
     def stats(self) -> Stats:
         return self.timings.stats()
 
     @abc.abstractmethod
-    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
 
-    def _synchronize(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
+    def synchronize(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
         """Engines that run asynchronously on a device wait here, inside the timed region."""
 
 

@@ -66,7 +66,7 @@ class NcnnExecutor(Executor):
 
         return run
 
-    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         values: dict[Source, torch.Tensor] = {("input", i): x for i, x in enumerate(feeds.values())}
         for s, (run, sources) in enumerate(self.stages):
             values.update(((s, k), v) for k, v in enumerate(run([values[source] for source in sources])))

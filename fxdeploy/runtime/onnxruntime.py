@@ -32,18 +32,18 @@ class OrtExecutor(Executor):
         self._streams: dict[int, tuple[ThreadPoolExecutor, list[Any]]] = {}
         self._streams_lock = threading.Lock()
 
-    def _run(self, feeds: dict[str, torch.Tensor], session: Any = None) -> dict[str, torch.Tensor]:
+    def run(self, feeds: dict[str, torch.Tensor], session: Any = None) -> dict[str, torch.Tensor]:
         arrays = {name: tensor.numpy() for name, tensor in feeds.items()}
         results = (session or self.session).run(self.output_names, arrays)
         return {name: _to_torch(a) for name, a in zip(self.output_names, results, strict=True)}
 
-    def _run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+    def run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
         streams = stream_count(self.settings, len(images))
         if streams < 2:
-            return super()._run_images(images)
+            return super().run_images(images)
         pool, sessions = self._stream_sessions(streams)
         share = [images[k::streams] for k in range(streams)]  # stream k: images k, k + streams, ...
-        futures = [pool.submit(lambda s, part: [self._run(f, s) for f in part], session, part)
+        futures = [pool.submit(lambda s, part: [self.run(f, s) for f in part], session, part)
                    for session, part in zip(sessions, share, strict=True)]
         outputs: list[Any] = [None] * len(images)
         for k, future in enumerate(futures):

@@ -23,7 +23,7 @@ class OpenVinoExecutor(Executor):
     ``threading.local``), and concurrent ``execute`` calls need no lock.
 
     The images of a per-image artifact's call run on several CPU streams at once (see
-    ``_run_images``): one stream of two threads runs a small detector image by image at well
+    ``run_images``): one stream of two threads runs a small detector image by image at well
     under twice the speed of one thread.
     """
 
@@ -62,7 +62,7 @@ class OpenVinoExecutor(Executor):
             request = self._local.request = self.compiled.create_infer_request()
         return request
 
-    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         request = self._request()
         self._fill(request, feeds)
         request.infer()
@@ -84,12 +84,12 @@ class OpenVinoExecutor(Executor):
         outputs = zip(self.output_names, self._outputs, strict=True)
         return {name: torch.from_numpy(request.get_output_tensor(index).data.copy()) for name, index in outputs}
 
-    def _run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+    def run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
         """Per-image artifacts: ``streams`` images at once, on a second CompiledModel with that many
         CPU streams (compiled on the first call that needs it), the threads split among them."""
         streams = stream_count(self.settings, len(images))
         if streams < 2:
-            return super()._run_images(images)
+            return super().run_images(images)
         requests = self._stream_requests(streams)
         outputs = []
         for start in range(0, len(images), streams):

@@ -15,8 +15,8 @@ class TensorRTExecutor(Executor):
     """Not thread-safe: one IExecutionContext holds the input shapes and tensor addresses of the
     call in flight, so Deployed serializes calls (``thread_safe = False``).
 
-    ``_run`` only enqueues work (copies in, the engine, copies out to pinned host memory) on one
-    CUDA stream; ``_synchronize`` waits for that stream, inside the timed region.
+    ``run`` only enqueues work (copies in, the engine, copies out to pinned host memory) on one
+    CUDA stream; ``synchronize`` waits for that stream, inside the timed region.
     """
 
     thread_safe = False
@@ -46,7 +46,7 @@ class TensorRTExecutor(Executor):
         self.stream = torch.cuda.Stream(self.device)
         self._in_flight: Any = None
 
-    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         for name in self.inputs:
             self._check_profile(name, tuple(feeds[name].shape))
         with torch.cuda.stream(self.stream):
@@ -71,7 +71,7 @@ class TensorRTExecutor(Executor):
         self.context.set_tensor_address(name, buffer.data_ptr())
         return buffer
 
-    def _synchronize(self) -> None:
+    def synchronize(self) -> None:
         self.stream.synchronize()
         self._in_flight = None
 

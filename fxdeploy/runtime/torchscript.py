@@ -37,7 +37,7 @@ class TorchScriptExecutor(Executor):
                 torch.get_num_threads(), settings.threads, settings.threads,
             )
 
-    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         with torch.inference_mode():
             results = self.module(*feeds.values())
         if isinstance(results, torch.Tensor):

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from fxdeploy import settings as settings_registry
 from fxdeploy.errors import LoweringError, RegistryError, TargetUnavailableError
 from fxdeploy.passes.base import Pass
 from fxdeploy.runtime.executor import Executor
@@ -61,6 +62,10 @@ class Target:
     unavailable_reason: Callable[[], str | None] | None = None
     precisions: tuple[str, ...] = ("fp32", "fp16")
     """the ``Settings.precision`` values this target runs as asked; any other is refused, never ignored."""
+    sections: Mapping[str, type] = field(default_factory=dict)
+    """settings sections this target reads, by name: frozen ``fxdeploy.settings.Section`` dataclasses.
+    Each becomes ``settings.<name>``, a ``[name]`` TOML table and ``--name-field`` CLI flags; the
+    manifest and the cache key hold the target's own sections. Targets may share a section (same class)."""
 
     def reason(self) -> str | None:
         """None when the target can run here; otherwise why not, and what to install."""
@@ -105,22 +110,33 @@ _SOURCES: dict[str, dict[str, str]] = {}
 _BROKEN: dict[str, TargetStatus] = {}
 """Plugins that could not be registered, as unavailable rows keyed by entry-point name."""
 _LOADED = False
+_LOADING = False
 
 
 def register_target(target: Target) -> Target:
+    """Register ``target`` and its settings sections; nothing is registered if either is refused."""
     if target.name in _TARGETS:
         raise RegistryError(f"target {target.name!r} is already registered")
+    owner = f"target {target.name!r}"
+    for name, cls in target.sections.items():
+        settings_registry.check_section(name, cls, owner)
     _TARGETS[target.name] = target
+    for name, cls in target.sections.items():
+        settings_registry.register_section(name, cls, owner)
     return target
 
 
 def _ensure_loaded() -> None:
-    global _LOADED
-    if _LOADED:
+    global _LOADED, _LOADING
+    if _LOADED or _LOADING:  # _LOADING: a target module that builds Settings() while it is imported
         return
     from fxdeploy.targets import builtin
 
-    builtin.register_all(register_target)
+    _LOADING = True
+    try:
+        builtin.register_all(register_target)
+    finally:
+        _LOADING = False
     _LOADED = True  # only once every built-in registered: a failed import is retried, not hidden
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         origin = _origin(entry_point)
@@ -189,3 +205,6 @@ def statuses() -> dict[str, TargetStatus]:
             reason, version = f"runtime fails to import: {type(exc).__name__}: {exc}", None
         rows[name] = TargetStatus(name, reason is None, version, reason, describe(_SOURCES.get(name)))
     return {**rows, **_BROKEN}
+
+
+settings_registry.on_discover(_ensure_loaded)  # Settings learns the sections of every target, plugins included

@@ -14,6 +14,7 @@ from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
 from fxdeploy.targets import Lowered, LoweringJob, Target
+from fxdeploy.targets.sections import NcnnSettings
 
 INSTALL = "pip install fxdeploy[ncnn]"
 
@@ -65,4 +66,5 @@ TARGET = Target(
     version=version,
     install_hint=INSTALL,
     unavailable_reason=unavailable_reason,
+    sections={"ncnn": NcnnSettings},
 )

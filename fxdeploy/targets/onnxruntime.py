@@ -9,6 +9,7 @@ from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
 from fxdeploy.targets import Lowered, LoweringJob, Target
+from fxdeploy.targets.sections import OnnxSettings
 
 OPSET = 23
 """ONNX's Attention (opset 23) carries each scaled_dot_product_attention as one node, which ONNX
@@ -57,4 +58,5 @@ TARGET = Target(
     load=load,
     version=version,
     install_hint="pip install onnxruntime",
+    sections={"onnx": OnnxSettings},
 )

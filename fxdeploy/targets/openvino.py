@@ -15,6 +15,7 @@ from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
 from fxdeploy.targets import Lowered, LoweringJob, Target
 from fxdeploy.targets.onnxruntime import lower_onnx
+from fxdeploy.targets.sections import OnnxSettings
 
 
 def lower(job: LoweringJob) -> Lowered:
@@ -42,4 +43,5 @@ TARGET = Target(
     version=version,
     install_hint="pip install fxdeploy[openvino]",
     precisions=("fp32", "fp16", "bf16"),
+    sections={"onnx": OnnxSettings},
 )

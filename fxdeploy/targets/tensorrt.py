@@ -17,6 +17,7 @@ from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
 from fxdeploy.targets import Lowered, LoweringJob, Target
 from fxdeploy.targets.onnxruntime import lower_onnx
+from fxdeploy.targets.sections import OnnxSettings, TensorRTSettings
 
 NOT_INSTALLED = (
     "TensorRT is not installed: the `tensorrt` packages on this registry are placeholders that "
@@ -73,4 +74,5 @@ TARGET = Target(
     install_hint="install TensorRT 10+ (pip install fxdeploy[tensorrt]) on a machine with a CUDA GPU",
     precisions=("fp32", "fp16", "bf16"),
     unavailable_reason=unavailable_reason,
+    sections={"onnx": OnnxSettings, "tensorrt": TensorRTSettings},
 )

@@ -3,7 +3,6 @@ side file past a size, and such an artifact round-trips and is hash-checked like
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 
 import fxdeploy
 from examples import models
-from fxdeploy.settings import OnnxSettings
+from fxdeploy.targets.sections import OnnxSettings
 from tests.helpers import run_python
 
 
@@ -60,7 +59,7 @@ def test_changed_graph_is_traced_again(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _settings(mib: float) -> fxdeploy.Settings:
-    return dataclasses.replace(fxdeploy.Settings(), onnx=OnnxSettings(external_data_mib=mib))
+    return fxdeploy.Settings().with_sections(onnx=OnnxSettings(external_data_mib=mib))
 
 
 def test_weights_past_the_threshold_go_to_a_side_file(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 import fxdeploy
-from fxdeploy.settings import OnnxSettings, Settings
+from fxdeploy.settings import Settings
+from fxdeploy.targets.sections import OnnxSettings
 from tests.e2e.test_tensorrt_onnx import run_on_ort, tensorrt_flavoured_onnx
 
 
@@ -76,7 +77,7 @@ def test_default_opset_writes_one_attention_node_per_sdpa(target: str, tmp_path:
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
 def test_an_explicit_opset_is_written_as_given(target: str, tmp_path: Path) -> None:
     model, x = _model_and_input()
-    settings = Settings(onnx=OnnxSettings(opset=20))
+    settings = Settings().with_sections(onnx=OnnxSettings(opset=20))
     deployed = fxdeploy.lower(model, (x,), target=target, settings=settings)
     written = _onnx(deployed, tmp_path)
     assert _default_opset(written) == 20

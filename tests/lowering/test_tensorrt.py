@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from torch.export import Dim
 
 from fxdeploy.lowering.tensorrt import UNBOUNDED_CAP, cache_key, profile_shapes
-from fxdeploy.settings import Settings, TensorRTSettings
+from fxdeploy.settings import Settings
+from fxdeploy.targets.sections import TensorRTSettings
 
 
 def test_profile_takes_min_and_max_from_dims_and_opt_from_the_example() -> None:
@@ -30,14 +29,14 @@ def test_cache_key_changes_with_what_changes_the_engine_only() -> None:
     profile = {"x": ([1, 3], [2, 3], [8, 3])}
     base = cache_key(b"onnx", profile, Settings(), "10.7")
     assert base == cache_key(b"onnx", profile, Settings(threads=7, verify=False), "10.7")
-    cached = Settings(tensorrt=TensorRTSettings(engine_cache_dir="/tmp/elsewhere"))
+    cached = Settings().with_sections(tensorrt=TensorRTSettings(engine_cache_dir="/tmp/elsewhere"))
     assert base == cache_key(b"onnx", profile, cached, "10.7")
     for changed in (
         cache_key(b"other onnx", profile, Settings(), "10.7"),
         cache_key(b"onnx", {"x": ([1, 3], [2, 3], [16, 3])}, Settings(), "10.7"),
         cache_key(b"onnx", profile, Settings(precision="fp16"), "10.7"),
         cache_key(
-            b"onnx", profile, dataclasses.replace(Settings(), tensorrt=TensorRTSettings(workspace_gib=1)), "10.7"
+            b"onnx", profile, Settings().with_sections(tensorrt=TensorRTSettings(workspace_gib=1)), "10.7"
         ),
         cache_key(b"onnx", profile, Settings(), "11.0"),
     ):

@@ -59,7 +59,7 @@ class _Overlap(Executor):
         self._guard = threading.Lock()
         self.active = self.most = 0
 
-    def _run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         with self._guard:
             self.active += 1
             self.most = max(self.most, self.active)
