@@ -34,7 +34,8 @@ def test_the_example_plugin_installs_and_passes_its_own_tests(tmp_path: Path) ->
     assert console.returncode == 0 and "ort-extended: available" in console.stdout, console.stdout + console.stderr
     lowered = subprocess.run(
         [sys.executable, "-m", "fxdeploy.cli", "lower", "examples/models.py:convnet", "--target", "ort-extended",
-         "--ortx-level", "basic", "--out", str(tmp_path / "art")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+         "--ortx-level", "basic", "--out", str(tmp_path / "art")],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
     )
     assert lowered.returncode == 0 and "lowered ConvNet to ort-extended" in lowered.stdout, lowered.stderr[-2000:]
     manifest = json.loads((tmp_path / "art" / MANIFEST).read_text())
