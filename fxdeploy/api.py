@@ -10,10 +10,11 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import artifact, dims, structure, substitution, verify
+from fxdeploy import artifact, dims, structure, substitution
 from fxdeploy.capture import Captured, capture, eval_mode, fixes
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import ArtifactError, FxDeployError, InferenceError, LoweringError, RegistryError, first_line
+from fxdeploy.parity import verify
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.precision_policy import PRECISION
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
@@ -113,7 +114,6 @@ def _lower_graph(
     return deployed
 
 
-
 def _lower(chosen: Target, job: LoweringJob) -> Lowered:
     try:
         return chosen.lower(job)
@@ -125,7 +125,7 @@ def _verify(
     deployed: Deployed, gm: torch.fx.GraphModule, captured: Captured, model: torch.nn.Module,
     subs: list[substitution.Substitution], settings: Settings,
 ) -> list[dict[str, Any]]:
-    """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.verify)."""
+    """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.parity.verify)."""
     leaves = deployed.manifest["output_leaves"]
     example_want = None
     if captured.substitutions and settings.precision == "fp32":  # the references below run them too

@@ -1,4 +1,5 @@
-"""Detection-aware comparison for models that return per-image lists of detections."""
+"""Test helpers around fxdeploy.parity's detection matcher: the NMS contract's padded tuples and
+torchvision's per-image dicts as Detections, the padding rule, and NMS-threshold flips."""
 
 from __future__ import annotations
 
@@ -7,43 +8,63 @@ from typing import Any
 
 import torch
 
-from tests.ops.nms_matching import MatchReport, assert_detections_match
+from fxdeploy.parity import Detections, ImageMatch, Rules, Tolerance, match_image
 
 
-def pad_per_image(results: Sequence[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, ...]:
-    """[{"boxes", "scores", "labels"}] per image → the multiclass_nms tuple (padded, num_dets)."""
-    width = max([len(r["scores"]) for r in results] + [1])
-    batch = len(results)
-    boxes = torch.zeros(batch, width, 4)
-    scores = torch.zeros(batch, width)
-    labels = torch.full((batch, width), -1, dtype=torch.long)
-    counts = torch.zeros(batch, dtype=torch.long)
-    for i, r in enumerate(results):
-        n = len(r["scores"])
-        boxes[i, :n], scores[i, :n], labels[i, :n], counts[i] = r["boxes"], r["scores"], r["labels"], n
-    return boxes, scores, labels, counts
+def per_image(result: Sequence[torch.Tensor]) -> list[Detections]:
+    """A multiclass_nms result (boxes, scores, labels, num_dets[, index]) cut at each image's count."""
+    boxes, scores, labels, num_dets = result[:4]
+    return [Detections(boxes[b, :n], scores[b, :n], labels[b, :n]) for b, n in enumerate(num_dets.tolist())]
+
+
+def compare_images(
+    want: Sequence[Detections], got: Sequence[Detections], iou: float, score_atol: float
+) -> list[ImageMatch]:
+    assert len(want) == len(got), f"{len(got)} images, expected {len(want)}"
+    rules = Rules(iou, Tolerance(score_atol))
+    return [match_image(image, w, g, rules) for image, (w, g) in enumerate(zip(want, got, strict=True))]
+
+
+def assert_no_problems(images: list[ImageMatch]) -> list[ImageMatch]:
+    problems = [p for m in images for p in m.problems]
+    assert not problems, "detections differ:\n  " + "\n  ".join(problems[:10])
+    return images
+
+
+def assert_detections_match(
+    ref: Sequence[torch.Tensor], got: Sequence[torch.Tensor], iou: float = 0.99, score_atol: float = 1e-5
+) -> list[ImageMatch]:
+    """Two multiclass_nms results hold the same detections, per image, and the same counts."""
+    assert ref[0].shape == got[0].shape, f"det_boxes shapes differ: {tuple(ref[0].shape)} vs {tuple(got[0].shape)}"
+    return assert_no_problems(compare_images(per_image(ref), per_image(got), iou, score_atol))
 
 
 def assert_same_detections(
     want: Sequence[dict[str, torch.Tensor]], got: Sequence[dict[str, torch.Tensor]],
     *, iou: float = 0.99, score_atol: float = 1e-4,
-) -> MatchReport:
-    assert len(want) == len(got), f"{len(got)} images, expected {len(want)}"
-    ref, have = pad_per_image(want), pad_per_image(got)
-    width = max(ref[0].shape[1], have[0].shape[1])
-    ref, have = _widen(ref, width), _widen(have, width)
-    return assert_detections_match(ref, have, iou=iou, score_atol=score_atol)
+) -> list[ImageMatch]:
+    """Per-image dicts (torchvision's layout): their boxes, scores and labels."""
+    def dets(results: Sequence[dict[str, torch.Tensor]]) -> list[Detections]:
+        return [Detections(r["boxes"], r["scores"], r["labels"]) for r in results]
+
+    return assert_no_problems(compare_images(dets(want), dets(got), iou, score_atol))
 
 
-def _widen(result: tuple[torch.Tensor, ...], width: int) -> tuple[torch.Tensor, ...]:
-    boxes, scores, labels, counts = result
-    extra = width - boxes.shape[1]
-    return (
-        torch.nn.functional.pad(boxes, (0, 0, 0, extra)),
-        torch.nn.functional.pad(scores, (0, extra)),
-        torch.nn.functional.pad(labels, (0, extra), value=-1),
-        counts,
-    )
+def padding_problems(result: Sequence[torch.Tensor]) -> list[str]:
+    """Rows at positions >= num_dets must hold boxes 0, score 0, label -1 (and index -1)."""
+    boxes, scores, labels, num_dets = result[:4]
+    problems = []
+    positions = torch.arange(boxes.shape[1]).unsqueeze(0)
+    pad = positions >= num_dets.unsqueeze(1)
+    if bool((boxes[pad] != 0).any()) or bool((scores[pad] != 0).any()):
+        problems.append("padding rows hold non-zero boxes or scores")
+    if bool((labels[pad] != -1).any()):
+        problems.append("padding rows hold labels other than -1")
+    if len(result) > 4 and bool((result[4][pad] != -1).any()):
+        problems.append("padding rows hold indices other than -1")
+    if bool((labels[~pad] < 0).any()):
+        problems.append("a detection row has a negative label")
+    return problems
 
 
 def without_threshold_flips(

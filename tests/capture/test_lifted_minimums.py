@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 import fxdeploy
-from fxdeploy import verify
 from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import InputError, LoweringError
+from fxdeploy.parity import verify
 from tests.helpers import require_target
 
 

@@ -11,8 +11,8 @@ from torch import nn
 
 import fxdeploy
 from fxdeploy.partition import SplitParts
+from tests.detections import assert_detections_match, padding_problems
 from tests.helpers import require_target
-from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 
 def lower_on_ncnn(make: Callable[[], nn.Module], size: int) -> tuple[nn.Module, fxdeploy.Deployed]:

@@ -18,9 +18,9 @@ from torch import nn
 
 import fxdeploy
 from examples import models
+from tests.detections import assert_detections_match, padding_problems
 from tests.helpers import max_abs_error, run_python
 from tests.helpers import require_target as require
-from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 TARGETS = ["onnxruntime", "openvino", "ncnn", "torchscript", "tensorrt"]
 TOLERANCE = {"onnxruntime": 1e-4, "openvino": 1e-4, "torchscript": 1e-4, "ncnn": 1e-3, "tensorrt": 1e-3}

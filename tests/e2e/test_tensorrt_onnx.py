@@ -21,9 +21,9 @@ from fxdeploy.passes.base import run_pipeline
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
 from fxdeploy.targets import LoweringJob, get_target
 from fxdeploy.targets.tensorrt import tensorrt_onnx
+from tests.detections import assert_detections_match, padding_problems
 from tests.e2e.test_targets import KEEP, tiny_detector
 from tests.helpers import require_target
-from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 DYNAMIC = {"x": {0: ("batch", 1, 8)}}
 

@@ -15,6 +15,7 @@ import torch
 
 import fxdeploy.ops as ops
 from fxdeploy.lowering.onnx_translations import translation_table
+from tests.detections import assert_detections_match, padding_problems
 from tests.lowering.onnx_helpers import (
     cached_model,
     example_inputs,
@@ -26,7 +27,6 @@ from tests.lowering.onnx_helpers import (
     run_openvino,
     run_ort,
 )
-from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 # id: (num_classes, per-class boxes, keyword arguments)
 VARIANTS: dict[str, tuple[int, bool, dict[str, Any]]] = {

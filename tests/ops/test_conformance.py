@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import fxdeploy.ops as ops
+from tests.detections import padding_problems
 from tests.lowering.onnx_helpers import cached_model, ort_session, run_ort
-from tests.ops.nms_matching import padding_problems
 
 KEEP_TOP_K = 64
 

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import fxdeploy.ops as ops
+from tests.detections import assert_detections_match, padding_problems
 from tests.lowering.onnx_helpers import cached_model, openvino_model, ort_session, run_openvino, run_ort
-from tests.ops.nms_matching import assert_detections_match, padding_problems
 
 F32 = np.float32
 NAN, INF = float("nan"), float("inf")

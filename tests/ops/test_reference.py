@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fxdeploy.ops as ops
-from tests.ops.nms_matching import padding_problems
+from tests.detections import padding_problems
 
 FAR = [[0, 0, 1, 1], [10, 10, 11, 11], [20, 20, 21, 21], [30, 30, 31, 31]]  # disjoint boxes
 

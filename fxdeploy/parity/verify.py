@@ -20,6 +20,8 @@ from fxdeploy.capture import guards as guard_mod
 from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.dims import size_of
 from fxdeploy.errors import LoweringError
+from fxdeploy.parity.match import Rules, Tolerance, match_image
+from fxdeploy.parity.rows import group_rows, per_image, roles
 
 MAX_CHECKED = 4096
 """An unbounded (or huge) max is checked at min(max, 2 * opt) instead; the manifest says so."""
@@ -74,10 +76,11 @@ def compare(
     """Max error over tensor leaves; raise LoweringError naming the shapes on any mismatch.
 
     Leaves computed from an NMS result (``detections``: per leaf False, True, or the dim that
-    indexes its rows) are compared as sets of rows per image: runtimes order equal scores
-    differently. True (no dim recorded) takes dim 1 of a batched leaf. Under fp16/bf16 they are
-    not compared here, since a score that crosses a threshold legitimately changes the set; the
-    reduced-precision tolerance for detections is documented and tested instead.
+    indexes its rows) are detections, which runtimes order differently on equal scores: they are
+    paired per image by label and IoU (fxdeploy.parity.rows, .match). True (no dim recorded) takes
+    dim 1 of a batched leaf. Under fp16/bf16 they are not compared here, since a score that crosses
+    a threshold legitimately changes the set; the reduced-precision tolerance for detections is
+    documented and tested instead.
     """
     shapes = [tuple(x.shape) for x in inputs]
     got_leaves, _ = pytree.tree_flatten(structure.dataclasses_to_dicts(got))
@@ -87,6 +90,7 @@ def compare(
         raise LoweringError(f"{where} returns {len(got_leaves)} values, eager {len(want_leaves)}")
     flags = detections if detections is not None and len(detections) == len(want_leaves) else [False] * len(want_leaves)
     worst = 0.0
+    rows: dict[int, tuple[tuple[int, ...], int]] = {}
     for index, (have, ref, flag) in enumerate(zip(got_leaves, want_leaves, flags, strict=True)):
         rows_dim = _rows_dim(flag, ref)
         if not isinstance(ref, torch.Tensor):
@@ -100,10 +104,10 @@ def compare(
                 f"{where}: output #{index} has shape {tuple(have.shape)}, eager gives {tuple(ref.shape)}"
             )
         if rows_dim is not None and ref.dim() > 0:
-            worst = max(worst, _check_rows(have, ref, atol, f"{where}: output #{index}", rows_dim))
+            rows[index] = (tuple(ref.shape), rows_dim)
         else:
             worst = max(worst, _check_close(have, ref, atol, f"{where}: output #{index}"))
-    return worst
+    return max(worst, _check_rows(got_leaves, want_leaves, rows, atol, where))
 
 
 def _rows_dim(flag: bool | int | None, ref: Any) -> int | None:
@@ -115,31 +119,24 @@ def _rows_dim(flag: bool | int | None, ref: Any) -> int | None:
     return int(flag)
 
 
-def _check_rows(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str, rows_dim: int) -> float:
-    """Order-insensitive: every row pairs with a row within tolerance, per image (the dims before
-    ``rows_dim``: none for one image's [K, ...], the batch for [B, K, ...])."""
-    if rows_dim:
-        groups = zip(have.flatten(0, rows_dim - 1), ref.flatten(0, rows_dim - 1), strict=True)
-    else:
-        groups = [(have, ref)]
+def _check_rows(
+    got: list[torch.Tensor], want: list[torch.Tensor], shapes: dict[int, tuple[tuple[int, ...], int]], atol: float,
+    where: str,
+) -> float:
+    """Order-insensitive: each group of detection leaves pairs per image by label and IoU, and every
+    paired value must agree to ``atol`` scaled by the largest of its field in the image."""
+    near = Tolerance(atol, of_largest=True)
+    rules = Rules(scores=near, fields=near, boxes=near)
+    reference, result = dict(enumerate(want)), dict(enumerate(got))
     worst = 0.0
-    for image, (h, r) in enumerate(groups):
-        if not len(r):  # no detections in this image: nothing to pair (flatten, not reshape(0, -1))
-            continue
-        a, b = (t.double().flatten(1) if t.dim() > 1 else t.double()[:, None] for t in (h, r))
-        scale = max(1.0, float(b[torch.isfinite(b)].abs().max())) if torch.isfinite(b).any() else 1.0
-        distance = torch.cdist(a, b, p=float("inf")).nan_to_num(nan=float("inf"))
-        free = set(range(len(a)))
-        for j in range(len(b)):
-            i = min(free, key=lambda k: float(distance[k, j]))
-            error = float(distance[i, j])
-            if error > atol * scale:
-                raise LoweringError(
-                    f"{where}: image {image} row {j} {b[j].tolist()[:6]} has no match within {atol * scale:.3g} "
-                    f"(closest differs by {error:.3g})"
-                )
-            free.discard(i)
-            worst = max(worst, error)
+    for group in group_rows(shapes):
+        named = roles(group, reference)
+        ref_images, got_images = per_image(group, reference, named), per_image(group, result, named)
+        for image, (ref, have) in enumerate(zip(ref_images, got_images, strict=True)):
+            matched = match_image(image, ref, have, rules)
+            if matched.problems:
+                raise LoweringError(f"{where}: {group.name}: " + "; ".join(matched.problems[:3]))
+            worst = max(worst, matched.max_abs)
     return worst
 
 

@@ -1,4 +1,4 @@
-"""verify.compare pairs detection rows per image, whether a leaf holds a batch or one image."""
+"""parity.verify.compare pairs detection rows per image, whether a leaf holds a batch or one image."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fxdeploy.errors import LoweringError
-from fxdeploy.verify import compare
+from fxdeploy.parity.verify import compare
 
 BOXES = torch.tensor([[0.0, 0.0, 10.0, 10.0], [5.0, 5.0, 20.0, 30.0], [1.0, 2.0, 3.0, 4.0]])
 
@@ -47,3 +47,24 @@ def test_an_image_without_detections_pairs_nothing() -> None:
     assert _compare(BOXES[:0], BOXES[:0], 0) == 0.0
     assert _compare(torch.zeros(0, 17, 3), torch.zeros(0, 17, 3), 0) == 0.0
     assert _compare(torch.zeros(2, 0, 4), torch.zeros(2, 0, 4), 1) == 0.0
+
+
+def test_leaves_of_one_detection_pair_together() -> None:
+    """Boxes, scores, labels and keypoints are one detection: a runtime that reorders tied rows
+    passes, while keypoints that moved to another detection fail, though every keypoint row exists
+    somewhere (each leaf on its own would pair)."""
+    scores, labels = torch.tensor([0.9, 0.5, 0.5]), torch.tensor([1, 2, 2])
+    keypoints = torch.arange(3 * 2 * 3, dtype=torch.float32).reshape(3, 2, 3)
+    want = [BOXES, scores, labels, keypoints]
+    order = [0, 2, 1]
+    got = [t[order] for t in want]
+    assert compare("example", [], got, want, 1e-4, "onnxruntime", [0, 0, 0, 0]) == 0.0
+    got[3] = keypoints[[1, 0, 2]]
+    with pytest.raises(LoweringError, match=r"outputs #0, #1, #2, #3: image 0 row 0: output #3 differs"):
+        compare("example", [], got, want, 1e-4, "onnxruntime", [0, 0, 0, 0])
+
+
+def test_a_label_is_part_of_the_detection() -> None:
+    labels = torch.tensor([1, 2, 2])
+    with pytest.raises(LoweringError, match=r"image 0 row 0: missing label 1"):
+        compare("example", [], [BOXES, labels.flip(0)], [BOXES, labels], 1e-4, "onnxruntime", [0, 0])
