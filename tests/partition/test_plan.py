@@ -3,13 +3,17 @@ saved before stages reads as the two stages it describes. No torch, no ncnn need
 
 from __future__ import annotations
 
+import ast
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fxdeploy.errors import ArtifactError
-from fxdeploy.partition.plan import Engine, EngineOutput, Host, HostOp, Plan, Source, Stage
+from fxdeploy.partition import Engine, EngineOutput, Host, HostOp, Plan, Source, Stage
+
+ROOT = Path(__file__).resolve().parents[2] / "fxdeploy"
 
 PLAN = Plan(
     stages=(
@@ -75,3 +79,21 @@ def test_host_ops_saved_as_bare_names_still_load() -> None:
     data["stages"][1]["ops"] = ["aten.topk.default"]
     host = Plan.from_dict(data, ["x"]).stages[1].work
     assert isinstance(host, Host) and [op.op for op in host.ops] == ["aten.topk.default"]
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return found | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+
+
+def test_the_runtime_reads_the_plan_without_the_capture_and_pass_machinery() -> None:
+    """The runtime never imports torch.export machinery; the lowering never imports the runtime."""
+    heavy = ("torch", "fxdeploy.passes", "fxdeploy.partition.cut", "fxdeploy.partition.host_nodes",
+             "fxdeploy.capture", "fxdeploy.lowering", "fxdeploy.runtime")
+    for light in (ROOT / "partition" / "plan.py", ROOT / "partition" / "__init__.py", ROOT / "ncnn_net.py"):
+        assert not {m for m in _imports(light) if m.startswith(heavy)}, light
+    runtime = _imports(ROOT / "runtime" / "ncnn.py")
+    assert not {m for m in runtime if m.startswith(heavy[1:-1]) or m.startswith("torch.export")}
+    for lowering in (ROOT / "lowering").glob("ncnn*.py"):
+        assert not {m for m in _imports(lowering) if m.startswith("fxdeploy.runtime")}, lowering
