@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fxdeploy.deployed import Deployed
+from fxdeploy.partition import Engine, Host, Plan, Stage
 
 
 def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> str:
@@ -31,7 +32,7 @@ def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> 
     lines += ["", "## Passes", ""]
     lines += _passes(deployed.report)
     lines += ["", "## Nodes the target could not take", ""]
-    lines += _host_stages(info)
+    lines += _host_stages(manifest)
     lines += ["", "## Shape checks against eager", "", "| check | input shapes | max abs error |", "|---|---|---|"]
     for check in info.get("shape_checks", []):
         error = check["max_abs_error"]
@@ -58,14 +59,30 @@ def _passes(report: Any) -> list[str]:
     return rows
 
 
-def _host_stages(info: dict[str, Any]) -> list[str]:
-    """The ncnn plan's stages: which run in the engine, which on the host and with what ops."""
-    stages = info.get("ncnn", {}).get("stages") or []
-    host = [(k, stage) for k, stage in enumerate(stages) if stage.get("kind") == "host"]
-    if not host:
+def _host_stages(manifest: dict[str, Any]) -> list[str]:
+    """The ncnn plan as the runtime runs it: each stage in order, and for a host stage each op it
+    runs and why the cut put it on the host rather than in the engine."""
+    if "ncnn" not in manifest["info"]:
         return ["None: the whole graph runs in the engine."]
-    kinds = ", ".join(f"{k}: {stage.get('kind')}" for k, stage in enumerate(stages))
-    lines = [f"The graph runs in {len(stages)} stages ({kinds}); the host stages run what the engine has no "
-             "layer for (an NMS, a top-k, a gather by computed indices), as TorchScript, inside the same execute:"]
-    lines += [f"- stage {k}: {', '.join(stage.get('ops', [])) or '(ops not recorded)'}" for k, stage in host]
+    names = [spec["name"] for spec in manifest["inputs"]]
+    plan = Plan.from_dict(manifest["info"]["ncnn"], names)
+    if not any(isinstance(stage.work, Host) for stage in plan.stages):
+        return ["None: the whole graph runs in the engine."]
+    kinds = ", ".join(f"{k}: {stage.kind}" for k, stage in enumerate(plan.stages))
+    lines = [f"The graph runs in {len(plan.stages)} stages ({kinds}); the host stages run what the engine has no "
+             "layer for (an NMS, a top-k, a gather by computed indices), as TorchScript, inside the same execute:", ""]
+    for k, stage in enumerate(plan.stages):
+        lines.append(f"- stage {k}: {_stage_line(stage, names)}")
+        if isinstance(stage.work, Host):
+            lines += [f"  - `{op.op}`: {op.why}" for op in stage.work.ops] or ["  - (ops not recorded)"]
     return lines
+
+
+def _stage_line(stage: Stage, names: list[str]) -> str:
+    work = stage.work
+    taken = ", ".join(names[s.index] if s.stage is None else f"stage {s.stage} #{s.index}" for s in stage.sources)
+    if isinstance(work, Engine):
+        return f"engine `{work.param}`, takes {taken or 'nothing'}, gives {len(work.outputs)} output(s)"
+    if isinstance(work, Host):
+        return f"host `{work.file}`, takes {taken or 'nothing'}, runs {len(work.ops)} op(s):"
+    return "empty (the cut moved its work into a later engine stage)"

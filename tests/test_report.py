@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 import fxdeploy
 from examples.detector import tiny_yolo
 from examples.models import convnet
 from fxdeploy.report import render_report
-from tests.helpers import require_target
+from tests.helpers import ROOT, require_target
 
 
 def test_an_ncnn_plan_names_its_host_stages_and_their_ops() -> None:
@@ -27,3 +31,36 @@ def test_a_graph_that_runs_whole_in_the_engine_says_so() -> None:
     with torch.no_grad():
         report = render_report(fxdeploy.lower(model, (x,), settings=fxdeploy.Settings(verify=False)))
     assert "None: the whole graph runs in the engine." in report
+
+
+def test_the_cli_report_lists_each_ncnn_stage_and_why_each_host_op_is_there(tmp_path: Path) -> None:
+    """``fxdeploy lower ... --target ncnn --report r.md`` on RT-DETR's query selection in miniature
+    (encoder, top-k/gather selection, decoder, NMS): four stages, each host op with its reason.
+    The zoo's RT-DETR itself does not lower on ncnn today (torch.export fixes its batch), so this
+    model stands in for it."""
+    require_target("ncnn")
+    report = tmp_path / "r.md"
+    ran = subprocess.run(
+        [sys.executable, "-m", "fxdeploy.cli", "lower", "tests.e2e.test_ncnn_query_selection:query_selecting_detector",
+         "--target", "ncnn", "--dynamic", "x:0:batch:1:4", "--out", str(tmp_path / "art"), "--report", str(report)],
+        capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=600,
+    )
+    assert ran.returncode == 0, ran.stderr
+    section = report.read_text().split("## Nodes the target could not take")[1].split("\n## ")[0]
+    stages = [line for line in section.splitlines() if line.startswith("- stage ")]
+    assert [line.split(":")[1].split()[0] for line in stages] == ["engine", "host", "engine", "host"], section
+    assert "engine `model.ncnn.param`" in stages[0] and "engine `model.2.ncnn.param`" in stages[2]
+    selection, postprocess = (_host_ops(section, f"- stage {k}:") for k in (1, 3))
+    assert selection["aten.topk.default"].startswith("ncnn has no top-k"), selection
+    assert selection["aten.gather.default"].startswith("ncnn has no gather"), selection
+    assert postprocess["fxdeploy.multiclass_nms.default"] == "ncnn has no NMS layer", postprocess
+    assert "fxdeploy.multiclass_nms.default" not in selection and "aten.topk.default" not in postprocess
+    assert all(why for why in [*selection.values(), *postprocess.values()])
+
+
+def _host_ops(section: str, stage: str) -> dict[str, str]:
+    """``op -> why`` from the bullets under one stage's line."""
+    lines = section.split(stage)[1].splitlines()[1:]
+    bullets = [line for line in lines[: next((i for i, x in enumerate(lines) if x.startswith("- ")), len(lines))]
+               if line.startswith("  - `")]
+    return dict(line.removeprefix("  - `").split("`: ", 1) for line in bullets)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fxdeploy.partition import host_postprocess_split
+from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid

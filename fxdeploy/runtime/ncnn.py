@@ -11,8 +11,13 @@ import torch
 
 from fxdeploy.errors import ArtifactError
 from fxdeploy.jit_warnings import quiet_jit
+from fxdeploy.ncnn_net import configure as configure_options
+from fxdeploy.ncnn_net import load_net
+from fxdeploy.partition import Engine, Host, Plan, Source
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
+
+Run = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 
 class NcnnExecutor(Executor):
@@ -31,46 +36,43 @@ class NcnnExecutor(Executor):
 
         super().__init__()
         self._ncnn = ncnn
-        plan = _staged(manifest["info"]["ncnn"], [spec["name"] for spec in manifest["inputs"]])
+        try:
+            self.plan = Plan.from_dict(manifest["info"].get("ncnn"), [spec["name"] for spec in manifest["inputs"]])
+        except ArtifactError as exc:  # which artifact, too
+            raise ArtifactError(f"{directory}: {exc}") from None
         self.nets: list[Any] = []
         """One ncnn Net per engine stage, in order."""
-        self.stages: list[tuple[Callable[[list[torch.Tensor]], list[torch.Tensor]], list[Source]]] = []
-        for spec in plan["stages"]:
+        self.stages: list[tuple[Run, tuple[Source, ...]]] = []
+        for stage in self.plan.stages:
+            work = stage.work
             run = (
-                self._engine(directory, spec, settings) if spec["kind"] == "engine"
-                else _host(directory, spec) if spec["kind"] == "host"
+                self._engine(directory, work, settings) if isinstance(work, Engine)
+                else _host(directory, work) if isinstance(work, Host)
                 else _nothing
             )
-            self.stages.append((run, [_source(source) for source in spec["sources"]]))
-        self.sources = [_source(source) for source in plan["outputs"]]
+            self.stages.append((run, stage.sources))
         self.output_names = [o["name"] for o in manifest["outputs"]]
 
-    def _engine(
-        self, directory: Path, spec: dict[str, Any], settings: Settings
-    ) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
-        net = self._ncnn.Net()
-        configure(net.opt, settings)
+    def _engine(self, directory: Path, engine: Engine, settings: Settings) -> Run:
+        net = load_net(directory / engine.param, directory / engine.bin, threads=settings.threads,
+                       fp16=_fp16(settings), error=ArtifactError)
         self.nets.append(net)
-        for kind, loader in (("param", net.load_param), ("bin", net.load_model)):
-            code = loader(str(directory / spec[kind]))
-            if code != 0:
-                raise ArtifactError(f"ncnn: loading {directory / spec[kind]} failed with code {code}")
-        blobs = [(blob, blob in _overwritten(net, spec["blobs"])) for blob in spec["blobs"]]
-        batched = bool(spec.get("batched_inputs", False))
-        shared = set(spec.get("shared_inputs", ()))
-        outputs = [(s["blob"], tuple(s["shape"]), _dtype(s["dtype"])) for s in spec["outputs"]]
+        copied = _overwritten(net, engine.blobs)
+        blobs = [(blob, blob in copied) for blob in engine.blobs]
+        shared = set(engine.shared_inputs)
+        outputs = [(o.blob, o.shape, _dtype(o.dtype)) for o in engine.outputs]
 
         def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
             arrays = [x.numpy()[None] if k in shared else x.numpy() for k, x in enumerate(args)]
-            return self._run_net(net, blobs, outputs, arrays, batched, shared)
+            return self._run_net(net, blobs, outputs, arrays, engine.batched_inputs, shared)
 
         return run
 
     def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        values: dict[Source, torch.Tensor] = {("input", i): x for i, x in enumerate(feeds.values())}
+        values = {Source.graph_input(i): x for i, x in enumerate(feeds.values())}
         for s, (run, sources) in enumerate(self.stages):
-            values.update(((s, k), v) for k, v in enumerate(run([values[source] for source in sources])))
-        return {name: values[source] for name, source in zip(self.output_names, self.sources, strict=True)}
+            values.update((Source(s, k), v) for k, v in enumerate(run([values[source] for source in sources])))
+        return {name: values[source] for name, source in zip(self.output_names, self.plan.outputs, strict=True)}
 
     def _run_net(
         self, net: Any, blobs: list[tuple[str, bool]], outputs: list[tuple[str, tuple[int, ...], torch.dtype]],
@@ -98,10 +100,7 @@ class NcnnExecutor(Executor):
         return [torch.from_numpy(_stack(r)).to(dtype) for r, (_, _, dtype) in zip(rows, outputs, strict=True)]
 
 
-Source = tuple[str | int, int]
-
-
-def _overwritten(net: Any, inputs: list[str]) -> set[str]:
+def _overwritten(net: Any, inputs: tuple[str, ...]) -> set[str]:
     """Input blobs whose first layer works in place (an activation, a scalar BinaryOp, as the first
     op of a stage after a host stage often is). ncnn then writes into the input Mat itself, and
     with a Mat that wraps a numpy array it crashes (a segfault, in ncnn 1.0.20261020): those
@@ -115,13 +114,9 @@ def _nothing(args: list[torch.Tensor]) -> list[torch.Tensor]:
     return []
 
 
-def _source(value: list[Any]) -> Source:
-    return (value[0], int(value[1]))
-
-
-def _host(directory: Path, spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+def _host(directory: Path, host: Host) -> Run:
     with quiet_jit():
-        module = torch.jit.load(str(directory / spec["file"]))
+        module = torch.jit.load(str(directory / host.file))
 
     def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
         with torch.inference_mode():
@@ -130,33 +125,14 @@ def _host(directory: Path, spec: dict[str, Any]) -> Callable[[list[torch.Tensor]
     return run
 
 
-def _staged(plan: dict[str, Any], input_names: list[str]) -> dict[str, Any]:
-    """Artifacts written before stages existed hold one engine ("head") and one host "tail"."""
-    if "stages" in plan:
-        return plan
-    number = {"input": "input", "head": 0, "tail": 1}
-    engine = {
-        "kind": "engine", "param": "model.ncnn.param", "bin": "model.ncnn.bin",
-        "blobs": [spec["blob"] for spec in plan["inputs"]], "outputs": plan["head_outputs"],
-        "sources": [["input", input_names.index(spec["name"])] for spec in plan["inputs"]],
-    }
-    stages = [engine]
-    if plan["host_tail"]:
-        sources = [[number[part], k] for part, k in plan["tail_inputs"]]
-        stages.append({"kind": "host", "file": plan["host_tail"], "sources": sources})
-    return {"stages": stages, "outputs": [[number[part], k] for part, k in plan["outputs"]]}
-
-
 def configure(opt: Any, settings: Settings) -> None:
-    """Every precision switch set explicitly: ncnn's defaults enable fp16 storage and arithmetic."""
-    opt.num_threads = settings.threads
-    opt.use_vulkan_compute = False
-    fp16 = bool(settings.ncnn.fp16 or settings.precision == "fp16")  # the precision policy, engine-wide
-    opt.use_fp16_packed = fp16
-    opt.use_fp16_storage = fp16
-    opt.use_fp16_arithmetic = fp16
-    opt.use_bf16_storage = False
-    opt.use_bf16_packed = False
+    """The switches ``ncnn_net.configure`` sets, from the settings (benchmarks use it directly)."""
+    configure_options(opt, threads=settings.threads, fp16=_fp16(settings))
+
+
+def _fp16(settings: Settings) -> bool:
+    """The precision policy, engine-wide."""
+    return bool(settings.ncnn.fp16 or settings.precision == "fp16")
 
 
 def _stack(images: list[np.ndarray]) -> np.ndarray:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import fxdeploy
-from fxdeploy.partition import SplitParts
+from fxdeploy.partition.cut import SplitParts
 from tests.detections import assert_detections_match, padding_problems
 from tests.helpers import require_target
 
@@ -43,7 +43,7 @@ def ncnn_stages(
     """``model`` captured and run through the ncnn pass pipeline, without lowering: the captured
     graph (a copy), the passed graph, and its stages."""
     from fxdeploy.capture import capture
-    from fxdeploy.partition import split_parts
+    from fxdeploy.partition.cut import split_parts
     from fxdeploy.passes.base import run_pipeline
     from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES
     from fxdeploy.targets import get_target

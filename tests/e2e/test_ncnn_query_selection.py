@@ -56,6 +56,13 @@ class QuerySelectingDetector(nn.Module):
         )
 
 
+def query_selecting_detector() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """A CLI factory (``tests.e2e.test_ncnn_query_selection:query_selecting_detector``), as
+    ``lower_on_ncnn`` builds it: seed 0, a batch of 2."""
+    torch.manual_seed(0)
+    return QuerySelectingDetector().eval(), (torch.randn(2, 3, SIZE, SIZE),)
+
+
 @pytest.fixture(scope="module")
 def lowered() -> tuple[nn.Module, fxdeploy.Deployed]:
     return lower_on_ncnn(QuerySelectingDetector, SIZE)

@@ -8,7 +8,8 @@ import operator
 import torch
 
 import fxdeploy.ops  # noqa: F401  (defines torch.ops.fxdeploy.*)
-from fxdeploy.partition import SplitParts, host_postprocess_split, split_parts
+from fxdeploy.partition import Source
+from fxdeploy.partition.cut import SplitParts, host_postprocess_split, split_parts
 from fxdeploy.passes import op_histogram
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
@@ -85,9 +86,9 @@ def test_the_engine_gets_and_returns_tensors_only() -> None:
     # The batch size both halves need is recomputed on the host, not exported from the engine.
     assert op_histogram(parts.tail)["aten.sym_size.int"] == 1
     assert [stage.kind for stage in parts.stages] == ["engine", "host"]
-    assert parts.stages[0].inputs == [("input", 0), ("input", 1)]
-    assert parts.stages[1].inputs == [(0, 0), (0, 1), ("input", 0)]
-    assert parts.outputs == [(1, 0), (1, 1), (1, 2), (0, 2), (0, 3)]
+    assert parts.stages[0].inputs == [Source.graph_input(0), Source.graph_input(1)]
+    assert parts.stages[1].inputs == [Source(0, 0), Source(0, 1), Source.graph_input(0)]
+    assert parts.outputs == [Source(1, 0), Source(1, 1), Source(1, 2), Source(0, 2), Source(0, 3)]
 
 
 def test_graph_without_nms_is_not_modified() -> None:

@@ -1,0 +1,136 @@
+"""pnnx's half of the ncnn lowering: convert a traced engine stage to param/bin, then check that
+pnnx converted every op (it writes the ones it cannot under their torch names) and named the
+blobs in0.., out0.. as the plan expects.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fxdeploy.dims import finite_or
+from fxdeploy.errors import LoweringError
+from fxdeploy.jit_warnings import quiet_jit
+
+PARAM, BIN = "model.ncnn.param", "model.ncnn.bin"
+
+
+def second_shapes(head: torch.fx.GraphModule) -> list[list[int]] | None:
+    """Per-image input shapes at other sizes of the dynamic non-batch dims, for pnnx's inputshape2;
+    None when only the batch is dynamic. Each such symbol doubles (or grows by one, or shrinks by
+    one) within its range, and every input dim is evaluated at the new values."""
+    values = [n.meta["val"] for n in head.graph.nodes if n.op == "placeholder"]
+    rest = [d for v in values for d in v.shape[1:] if isinstance(d, torch.SymInt)]
+    if not rest:
+        return None
+    env = rest[0].node.shape_env
+    hints = getattr(env, "backed_var_to_val", None)  # torch 2.13's name; var_to_val before it
+    hints = hints if hints is not None else env.var_to_val
+    symbols = {sym for d in rest for sym in d.node.expr.free_symbols}
+    new: dict[Any, int] = {}
+    for sym in symbols:
+        value, bounds = int(hints[sym]), env.var_to_range[sym]
+        upper = finite_or(bounds.upper, 2 * value + 1)
+        choices = [c for c in (2 * value, value + 1, value - 1) if int(bounds.lower) <= c <= upper and c > 0]
+        new[sym] = choices[0] if choices else value
+    return [
+        [1, *(int(d.node.expr.subs(new)) if isinstance(d, torch.SymInt) else int(d) for d in v.shape[1:])]
+        for v in values
+    ]
+
+
+def convert(
+    traced: torch.jit.ScriptModule, inputs: list[torch.Tensor], out_dir: Path, *, fp16: bool,
+    second: list[list[int]] | None = None, names: tuple[str, str] = (PARAM, BIN),
+) -> None:
+    """Run the pnnx executable; its by-products (pnnx.param, _pnnx.py, ...) stay in a temp dir."""
+    import pnnx
+
+    with tempfile.TemporaryDirectory(prefix="fxdeploy-pnnx-") as work_dir:
+        work = Path(work_dir)
+        with quiet_jit():
+            traced.save(str(work / "model.pt"))
+        shapes = ",".join("[" + ",".join(str(d) for d in x.shape) + "]f32" for x in inputs)
+        command = [pnnx.EXEC_PATH, str(work / "model.pt"), f"inputshape={shapes}"]
+        if second is not None:  # the dims that differ stay symbolic in pnnx's graph
+            command.append("inputshape2=" + ",".join("[" + ",".join(map(str, s)) + "]f32" for s in second))
+        command += [
+            "device=cpu",
+            f"fp16={int(fp16)}", f"ncnnparam={work / PARAM}", f"ncnnbin={work / BIN}",
+        ]
+        result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0 or not (work / PARAM).is_file() or not (work / BIN).is_file():
+            log = (result.stdout + result.stderr).strip().splitlines()[-15:]
+            custom = _non_aten_ops(traced)
+            if second is not None and not custom:
+                raise LoweringError(
+                    f"ncnn: pnnx failed (exit code {result.returncode}) re-running the traced graph at a second "
+                    f"input size {second} to keep the height/width dynamic:\n  " + "\n  ".join(log)
+                    + "\n  The trace fixed a size there: torch.jit.trace records a size that an aten op computes "
+                    "as a constant. To fix: lower for ncnn with only the batch dynamic "
+                    "(dynamic_shapes={<input>: {0: 'batch'}}), once per input size you serve"
+                )
+            suspects = f"op(s) {', '.join(custom)}" if custom else "the op named in pnnx's log above"
+            raise LoweringError(
+                f"ncnn: pnnx failed (exit code {result.returncode}) converting the traced graph:\n  "
+                + "\n  ".join(log)
+                + f"\n  To fix: replace {suspects} before capture with @fxdeploy.substitute (a tensor-only "
+                "version built from aten ops), or choose another target (fxdeploy check-env lists them)"
+            )
+        for made, name in zip((PARAM, BIN), names, strict=True):
+            shutil.move(str(work / made), str(out_dir / name))
+
+
+def _non_aten_ops(traced: torch.jit.ScriptModule) -> list[str]:
+    """Ops outside aten/prim in the traced graph: custom ops, which pnnx has no converter for."""
+    kinds = {node.kind() for node in traced.inlined_graph.nodes()}
+    return sorted(k for k in kinds if k.split("::", 1)[0] not in ("aten", "prim", "quantized"))
+
+
+def check_layers(param: Path, *, dynamic_sizes: bool = False) -> None:
+    """pnnx writes ops it cannot convert under their torch names; ncnn cannot create those."""
+    lines = param.read_text().splitlines()[2:]
+    types = {line.split()[0]: line.split()[1] for line in reversed(lines) if line.strip()}
+    unknown = {t: n for t, n in types.items() if not _ncnn_has(t)}
+    if unknown:
+        listed = ", ".join(f"{t} (layer {n})" for t, n in sorted(unknown.items()))
+        static = (
+            "; or lower for ncnn with only the batch dynamic (dynamic_shapes={<input>: {0: 'batch'}}), since "
+            "sizes computed from a dynamic height/width often leave such ops" if dynamic_sizes else ""
+        )
+        raise LoweringError(
+            f"ncnn: pnnx left op(s) that ncnn cannot run: {listed}. Replace them before capture "
+            f"with @fxdeploy.substitute, or use another target{static}"
+        )
+
+
+def check_blobs(param: Path, inputs: int, outputs: int) -> None:
+    """pnnx names graph inputs in0.. and outputs out0.. in order; the executor relies on that."""
+    blobs: set[str] = set()
+    for line in param.read_text().splitlines()[2:]:
+        fields = line.split()  # type name bottom_count top_count bottoms... tops... key=value...
+        if len(fields) >= 4:
+            blobs.update(fields[4 : 4 + int(fields[2]) + int(fields[3])])
+    expected = [f"in{k}" for k in range(inputs)] + [f"out{k}" for k in range(outputs)]
+    missing = [blob for blob in expected if blob not in blobs]
+    if missing:
+        raise LoweringError(
+            f"ncnn: pnnx produced no blob(s) {missing} (an unused input, or an output returned twice?); "
+            f"expected in0..in{inputs - 1} and out0..out{outputs - 1}"
+        )
+
+
+def _ncnn_has(layer_type: str) -> bool:
+    if any(mark in layer_type for mark in (".", "::")):
+        return False
+    try:
+        import ncnn
+    except ImportError:
+        return True
+    return ncnn.layer_to_index(layer_type) >= 0
+

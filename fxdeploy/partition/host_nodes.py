@@ -1,0 +1,239 @@
+"""Which nodes of a graph run on the host when ncnn's engine runs the rest, and why.
+
+The *host* nodes are each ``multiclass_nms`` and everything that depends on it, and the ops that
+ncnn has no layer for (top-k, sort, gather, indexing by a computed index, nonzero) wherever they
+read the inputs: a DETR-style query selection in mid-network. With them go the comparisons,
+casts, argmaxes and views that feed only host nodes (a keep mask made into NMS scores, a
+per-level candidate selection), and the views and elementwise ops computed from host values for
+host nodes only (the index expanded between a top-k and its gather; Faster R-CNN's level offsets
+on the top-k's indices, and the sigmoid, clip and size test of the proposals it gathered). With a
+dynamic height/width, tensors made from run-time sizes go too. Every other node runs on the
+engine. Each host node gets the reason it is there, which the lowering report shows.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx import GraphModule, Node
+
+_NMS = "fxdeploy::multiclass_nms"
+
+_aten = torch.ops.aten
+_SELECTIONS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.nonzero, _aten.scatter, _aten.cumsum})
+"""Ops ncnn has no layer for, whose results depend on the values: they run on the host wherever
+they read the inputs. On values made without the inputs, pnnx folds them into constants. A
+selection that pad_compactions made static reorders rows by a cumsum and a scatter."""
+_BY_INDEX = frozenset({_aten.gather, _aten.index, _aten.index_select})
+"""Neither has an ncnn layer; pnnx folds one whose index is fixed (a mask made from the input's
+size), so only one that reads a host value (the indices of a top-k) runs on the host."""
+_HOST_ONLY = frozenset({
+    _aten.gt, _aten.ge, _aten.lt, _aten.le, _aten.eq, _aten.ne, _aten.where, _aten.logical_and,
+    _aten.logical_or, _aten.logical_xor, _aten.logical_not, _aten.bitwise_not, _aten.to, _aten._to_copy,
+    _aten.argmax, _aten.argmin, _aten.topk, _aten.sort, _aten.zeros_like, _aten.ones_like, _aten.full_like,
+    _aten.__and__, _aten.__or__, _aten.bitwise_and, _aten.bitwise_or,
+})
+"""Ops without an ncnn layer (its ArgMax reduces the whole blob, not an axis; it has no TopK or
+sort): where they feed only host nodes, they run on the host with them. A candidate selection
+ahead of the NMS (the k-th best score per level, and the scores below it zeroed) is made of them."""
+_VIEWS = frozenset({
+    _aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view, _aten.slice,
+    _aten.select, _aten.flatten, _aten.expand, _aten.repeat, _aten.view_as, _aten.cat, _aten.stack, operator.getitem,
+    _aten.split, _aten.split_with_sizes, _aten.unbind, _aten.chunk,
+})
+"""Moved with those ops when between them and a host node, never on their own (``getitem`` picks
+one output of a multi-output op, topk's values; ``cat`` and ``stack`` join per-level selections or
+box corners; ``repeat`` expands a top-k's indices for a gather)."""
+_MOVABLE = _HOST_ONLY | _VIEWS
+_REDUCE = frozenset({_aten.max, _aten.min, _aten.amax, _aten.amin, _aten.sum})
+"""Reductions that stay on the host where they read host values only (batched_nms's class offset:
+the largest coordinate of the candidate boxes)."""
+_WRITES = frozenset({_aten.empty_like, _aten.copy_, _aten.copy})
+"""A buffer made to be written into and the writes into it (Ultralytics' in-place xywh2xyxy of
+the selected rows): on host values they run on the host; a write has no users of its own."""
+_FROM_SIZES = frozenset({
+    _aten.arange, _aten.ones, _aten.zeros, _aten.full, _aten.linspace, _aten.eye, _aten.new_ones,
+    _aten.new_zeros, _aten.new_full,
+})
+"""Ops that make a tensor from sizes alone (not ``empty``, which is made to be written into, nor a
+0-d ``scalar_tensor`` of a size, which the lowering traces)."""
+
+SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+HOST_REASON = "fxdeploy_host_reason"
+"""The ``node.meta`` key under which the cut records why a node runs on the host."""
+
+# Why a node runs on the host, as the plan records it and the lowering report shows it.
+NO_NMS_LAYER = "ncnn has no NMS layer"
+NO_SELECTION_LAYER = "ncnn has no top-k, sort, nonzero, scatter or cumsum layer, and this one reads the inputs"
+NO_GATHER_LAYER = "ncnn has no gather or index layer, and the index is computed at run time on the host"
+AFTER_NMS = "reads the NMS's results"
+NO_AXIS_LAYER = "ncnn has no layer for it (a comparison, a cast, an argmax over one axis), and only host ops read it"
+BETWEEN_HOST_OPS = "only host ops read it, and it reads host values: in an engine it would pass values back and forth"
+COPIED_IN = ("copied in by the cut: a size, or a value made without the inputs, which no stage hands over (or a "
+             "squeeze of a value handed over with a leading 1)")
+MADE_FROM_SIZES = ("made from the image's run-time size: ncnn cannot make it, and pnnx folds it only at a fixed "
+                   "size; the engine takes it as an input")
+
+
+def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
+    """The nodes that run on the host, each with why (one of the reasons above); ``free`` are the
+    nodes computed without the inputs (``input_free``)."""
+    nms = [n for n in gm.graph.nodes if n.op == "call_function" and getattr(n.target, "_name", "") == _NMS]
+    seeds = [n for n in gm.graph.nodes if packet(n) in _SELECTIONS and n not in free]
+    reasons = dict.fromkeys(_made_from_sizes(gm, free), MADE_FROM_SIZES)
+    if not nms and not seeds:
+        return reasons
+    after = _descendants(nms + seeds)
+    seeds += [n for n in after if packet(n) in _BY_INDEX]
+    after_nms = _descendants(nms)
+    host = after_nms | set(seeds)
+    host |= _host_only_inputs(host)
+    for node in _host_fed_only_host(gm, host, free):
+        reasons[node] = _why(node, after_nms)
+    return reasons
+
+
+def _why(node: Node, after_nms: set[Node]) -> str:
+    if node.op == "call_function" and getattr(node.target, "_name", "") == _NMS:
+        return NO_NMS_LAYER
+    if packet(node) in _SELECTIONS:
+        return NO_SELECTION_LAYER
+    if packet(node) in _BY_INDEX:
+        return NO_GATHER_LAYER
+    if node in after_nms:
+        return AFTER_NMS
+    return NO_AXIS_LAYER if packet(node) in _HOST_ONLY else BETWEEN_HOST_OPS
+
+
+def _made_from_sizes(gm: GraphModule, free: set[Node]) -> set[Node]:
+    """Tensors made from run-time image sizes (an ``arange`` over a feature map's width, a mask of
+    ones of the image's size) and what is computed from them, sizes and weights alone: position
+    embeddings, anchors, masks. ncnn has no layers for making them, and pnnx folds them into
+    constants only at a fixed size, so with a dynamic height/width they run on the host and reach
+    the engine as inputs. With only the batch dynamic, the engine is traced at one image and pnnx
+    folds them, so nothing is taken."""
+    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    if not any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape[1:])
+               for v in placeholders):
+        return set()
+    made: set[Node] = set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("val")
+        tensors = value if isinstance(value, (list, tuple)) else [value]  # meshgrid makes a list
+        if (node.op != "call_function" or node in free or _random(node)
+                or not tensors or not all(isinstance(t, torch.Tensor) for t in tensors)):
+            continue
+        inputs = node.all_input_nodes
+        if not all(a in made or a in free or a.op == "get_attr" or isinstance(a.meta.get("val"), SIZES)
+                   for a in inputs):
+            continue
+        if packet(node) in _FROM_SIZES or any(a in made for a in inputs):
+            made.add(node)  # an in-place write into one of them too (RT-DETR's grid_xy[..., 0] /= width)
+    written = [n for n in gm.graph.nodes if n.op == "call_function" and _mutates(n) and n not in made]
+    if any(a in made for n in written for a in n.all_input_nodes):
+        return set()  # one would be written into by what runs on the engine: leave them all there
+    return made
+
+
+def _descendants(roots: list[Node]) -> set[Node]:
+    seen: set[Node] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op == "output":
+            continue
+        seen.add(node)
+        stack.extend(node.users)
+    return seen
+
+
+def _host_only_inputs(host: set[Node]) -> set[Node]:
+    """The ``_HOST_ONLY`` ops (and the views after them) computing host inputs, for the host alone."""
+    pulled: set[Node] = set()
+    stack = [a for n in host for a in n.all_input_nodes]
+    while stack:
+        node = stack.pop()
+        if node in host or node in pulled or packet(node) not in _MOVABLE:
+            continue
+        if all(u in host or u in pulled for u in node.users):
+            pulled.add(node)
+            stack.extend(node.all_input_nodes)
+    views = {n for n in pulled if packet(n) in _VIEWS}
+    while True:  # a view with no moved op behind it stays in the engine
+        alone = {v for v in views if not any(a in pulled or a in host for a in v.all_input_nodes)}
+        if not alone:
+            return pulled
+        pulled -= alone
+        views -= alone
+
+
+def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> set[Node]:
+    """Add what is computed after host values for host nodes only: an engine stage there would
+    only pass values back and forth. That is each view or host-only op, and each elementwise op
+    that reads no engine value (an offset added to a top-k's indices; the sigmoid, clip and size
+    test of gathered proposals before their NMS). An item of a host node's outputs is the host's
+    too: a stage hands over tensors, not tuples. Other compute after a host node stays on an
+    engine: layers with weights (a decoder on gathered queries), and anything that reads an engine
+    value (DETR's whole decoder reads a mask)."""
+    after = _descendants(list(host)) - host
+    host = set(host) | {n for n in after if packet(n) is operator.getitem and n.args[0] in host}
+    engine_free = set(host)  # computed from host values, sizes and weights only
+    for node in gm.graph.nodes:
+        if node in after and all(a in engine_free or a in free or a.op == "get_attr"
+                                 or isinstance(a.meta.get("val"), SIZES) for a in node.all_input_nodes):
+            engine_free.add(node)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(gm.graph.nodes):
+            writes = packet(node) in _WRITES
+            if node not in after or node in host or not (node.users or writes):
+                continue
+            if not all(u in host for u in node.users):
+                continue
+            if packet(node) in _MOVABLE or (node in engine_free and (
+                    _pointwise(node) or packet(node) in _REDUCE or writes)):
+                host.add(node)
+                changed = True
+    return host
+
+
+def _pointwise(node: Node) -> bool:
+    return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
+
+
+def packet(node: Node) -> object:
+    """The op a call node runs, overloads aside (``aten.topk`` for ``aten.topk.default``)."""
+    if node.op != "call_function":
+        return None
+    return operator.getitem if node.target is operator.getitem else getattr(node.target, "overloadpacket", None)
+
+
+def input_free(gm: GraphModule) -> set[Node]:
+    """Call nodes whose value does not depend on any input, and that compute it the same way on
+    every call: nothing mutated in place, and no random op (on the host it would draw from the
+    caller's torch generator on every call: left as it is, the lowering names it instead)."""
+    free: set[Node] = set()
+    mutated = {
+        a for n in gm.graph.nodes if n.op == "call_function" and _mutates(n) for a in n.all_input_nodes
+    }
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node in mutated or _mutates(node) or _random(node):
+            continue
+        if all(a in free or a.op == "get_attr" for a in node.all_input_nodes):
+            free.add(node)
+    return free
+
+
+def _mutates(node: Node) -> bool:
+    """``detach_`` only drops autograd history (export writes one after each ``torch.tensor(...)``)."""
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable) and node.target is not _aten.detach_.default
+
+
+def _random(node: Node) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+
+
