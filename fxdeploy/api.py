@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,15 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact, dims, structure, substitution
 from fxdeploy.capture import Captured, capture, eval_mode, fixes
 from fxdeploy.deployed import Deployed
-from fxdeploy.errors import ArtifactError, FxDeployError, InferenceError, LoweringError, RegistryError, first_line
+from fxdeploy.errors import (
+    ArtifactError,
+    FxDeployError,
+    InferenceError,
+    LoweringError,
+    RegistryError,
+    UnpackWarning,
+    first_line,
+)
 from fxdeploy.parity import verify
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.precision_policy import PRECISION
@@ -265,12 +274,18 @@ def _manifest(
         "files": dict.fromkeys(files, ""),
         "info": dict(
             info, capture_mode=captured.mode, substitutions=captured.substitutions,
+            **({"unpack": [_qualname(u) for u in captured.unpacks]} if captured.unpacks else {}),
             precision=gm.meta.get(PRECISION, {"policy": settings.precision}),
             **({"target_origin": origin_of(chosen.name)} if origin_of(chosen.name) else {}),
             **({"widened_dims": captured.widened_dims} if captured.widened_dims else {}),
             **({"dim_changes": captured.dim_changes} if captured.dim_changes else {}),
         ),
     }
+
+
+def _qualname(function: Callable[..., Any]) -> str:
+    """A name to find an unpack by; the manifest keeps names, never code."""
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
 
 
 def _dtype(value: Any) -> str:
@@ -325,4 +340,12 @@ def load(
             f"{root}: the {chosen.name} runtime could not load {', '.join(manifest['files']) or 'its files'} "
             f"({type(exc).__name__}: {str(exc).strip()[:300]})"
         ) from exc
+    needed = manifest.get("info", {}).get("unpack")
+    if unpack is None and needed:
+        warnings.warn(
+            f"{root}: lowered with a substitution whose unpack ({', '.join(map(str, needed))}) rebuilds the "
+            "model's output on the host; an artifact carries no code, so calls return the padded outputs. "
+            "Pass fxdeploy.load(dir, unpack=<that function>) for the model's own structure",
+            UnpackWarning, stacklevel=2,
+        )
     return Deployed(executor, manifest, root, unpacks=[unpack] if unpack else None)

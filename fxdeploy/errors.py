@@ -40,6 +40,10 @@ class RegistryError(FxDeployError):
     """A registry got a duplicate or an unknown key."""
 
 
+class UnpackWarning(UserWarning):
+    """A loaded artifact was lowered with a substitution's unpack, which is code and so not saved."""
+
+
 def first_line(exc: BaseException, limit: int = 400) -> str:
     """``Type: first line of the message``, for errors that relay another library's exception."""
     text = str(exc).strip()
