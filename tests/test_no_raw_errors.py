@@ -24,7 +24,7 @@ def _failing(self: Any, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
 def test_a_runtime_failure_in_a_call_is_an_inference_error(monkeypatch: pytest.MonkeyPatch) -> None:
     model, (x,) = models.convnet()
     deployed = fxdeploy.lower(model, (x,), dynamic_shapes={"x": {0: "batch"}})
-    monkeypatch.setattr(OrtExecutor, "_run", _failing)
+    monkeypatch.setattr(OrtExecutor, "run", _failing)
     with pytest.raises(fxdeploy.InferenceError) as info:
         deployed(torch.randn(3, 3, 64, 64))
     message = str(info.value)
@@ -35,7 +35,7 @@ def test_a_runtime_failure_in_a_call_is_an_inference_error(monkeypatch: pytest.M
 
 def test_a_runtime_failure_in_lowers_checks_is_a_lowering_error(monkeypatch: pytest.MonkeyPatch) -> None:
     model, (x,) = models.convnet()
-    monkeypatch.setattr(OrtExecutor, "_run", _failing)
+    monkeypatch.setattr(OrtExecutor, "run", _failing)
     with pytest.raises(fxdeploy.LoweringError, match=r"target 'onnxruntime': the lowered artifact failed lower\(\)'s "
                        r"check: onnxruntime: the runtime failed on inputs \{'x': \(\d+, 3, 64, 64\)\}"):
         fxdeploy.lower(model, (x,), dynamic_shapes={"x": {0: "batch"}})
