@@ -28,7 +28,7 @@ from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.precision_policy import PRECISION
 from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
 from fxdeploy.settings import Settings
-from fxdeploy.targets import Lowered, LoweringJob, Target, describe, get_target, origin_of
+from fxdeploy.targets import Lowered, LoweringJob, Target, check_precision, describe, get_target, origin_of
 from fxdeploy.version import __version__
 
 
@@ -46,12 +46,12 @@ def lower(
     if target == "auto":  # lower to every available target, keep the fastest that matches eager
         from fxdeploy.auto import lower_auto
 
-        return lower_auto(model, inputs, dynamic_shapes, settings, kwargs=kwargs, substitutions=substitutions)
+        return lower_auto(lower, model, inputs, dynamic_shapes, settings, kwargs=kwargs, substitutions=substitutions)
     settings = settings or Settings()
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     chosen = get_target(target)
     chosen.require()
-    chosen.check_precision(settings.precision)
+    check_precision(chosen, settings.precision)
     subs = substitution.resolve(substitutions)
 
     def build() -> Deployed:

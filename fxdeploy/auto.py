@@ -17,16 +17,17 @@ from typing import Any
 import torch
 
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, summarize
-from fxdeploy.compare.api import reference_outputs
-from fxdeploy.compare.outputs import Tolerances, compare_outputs, max_abs_error
+from fxdeploy.compare.outputs import Tolerances, compare_outputs, max_abs_error, reference_outputs
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import LoweringError
 from fxdeploy.settings import Settings
+from fxdeploy.targets import statuses as all_statuses
 
 logger = logging.getLogger(__name__)
 
 
 def lower_auto(
+    lower: Callable[..., Deployed],
     model: torch.nn.Module,
     inputs: tuple[Any, ...] | torch.Tensor,
     dynamic_shapes: Any = None,
@@ -48,14 +49,13 @@ def lower_auto(
     ``verify`` its own shape checks run, and a candidate whose check raises is dropped with the
     reason). Parity is then checked here against eager PyTorch on the example inputs, detections
     the detection-aware way. ``transform`` (target name to a function of its outputs) exists for
-    tests that fake a broken target.
+    tests that fake a broken target. ``lower`` is ``fxdeploy.lower`` for one target, passed in by
+    it: this module sits below ``fxdeploy.api`` and never imports it.
     """
-    import fxdeploy
-
     settings = settings or Settings()
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     tol = tolerances or Tolerances(atol=settings.atol)
-    statuses = fxdeploy.targets()
+    statuses = all_statuses()
     names = list(candidates) if candidates is not None else list(statuses)
     unknown = [n for n in names if n not in statuses]
     if unknown:
@@ -69,7 +69,7 @@ def lower_auto(
         if not statuses[name].available:
             continue
         try:
-            deployed = fxdeploy.lower(model, args, target=name, dynamic_shapes=dynamic_shapes,
+            deployed = lower(model, args, target=name, dynamic_shapes=dynamic_shapes,
                                       settings=settings, kwargs=kwargs, substitutions=substitutions)
             got = deployed(*args, **(kwargs or {}))
         except Exception as exc:  # noqa: BLE001 - a target that cannot take this model is dropped

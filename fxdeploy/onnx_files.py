@@ -3,7 +3,8 @@
 ONNX Runtime, OpenVINO and TensorRT read a tensor's ``external_data`` ``location`` relative to the
 model file. The manifest hashes only the files it names, so a crafted ``model.onnx`` could point a
 tensor at any file the process can read. ``check_external_data`` allows only names the manifest
-lists, directly beside the model.
+lists, directly beside the model. Also the one ONNX naming convention the lowering writes and a
+runtime reads (``TIE_FREE``), kept here so that neither imports the other.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from pathlib import Path
 import onnx
 
 from fxdeploy.errors import ArtifactError
+
+TIE_FREE = "fxdeploy_tie_free_topk"
+"""Prefix of the outputs of TopK nodes whose result does not depend on how they order equal keys
+(the keys are unique, or only each key's group is read): a runtime may leave them unstable.
+OpenVINO's executor makes every other TopK stable (``fxdeploy.runtime.openvino.read_model``)."""
 
 
 def check_external_data(model_path: Path, allowed: set[str]) -> None:

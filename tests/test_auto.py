@@ -56,7 +56,7 @@ def test_a_candidate_failing_parity_is_dropped() -> None:
         return dict(outputs, score=outputs["score"] + 1.0)  # type: ignore[operator]
 
     deployed = lower_auto(
-        model, inputs, candidates=available, warmup_s=0.02, measure_s=0.05, min_runs=3, rounds=2,
+        fxdeploy.lower, model, inputs, candidates=available, warmup_s=0.02, measure_s=0.05, min_runs=3, rounds=2,
         transform={"torchscript": broken},
     )
     table = {row["target"]: row for row in deployed.manifest["info"]["auto"]["candidates"]}
@@ -69,11 +69,11 @@ def test_a_candidate_failing_parity_is_dropped() -> None:
 def test_no_passing_candidate_is_an_error() -> None:
     model, inputs = _dict_mlp()
     with pytest.raises(fxdeploy.LoweringError, match="no target lowered this model and matched eager"):
-        lower_auto(model, inputs, candidates=["onnxruntime"], warmup_s=0.0, measure_s=0.0, min_runs=1,
+        lower_auto(fxdeploy.lower, model, inputs, candidates=["onnxruntime"], warmup_s=0.0, measure_s=0.0, min_runs=1,
                    transform={"onnxruntime": lambda out: dict(out, score=out["score"] * 2)})
 
 
 def test_unknown_candidate_is_a_usage_error() -> None:
     model, inputs = _dict_mlp()
     with pytest.raises(ValueError, match="unknown target"):
-        lower_auto(model, inputs, candidates=["nope"])
+        lower_auto(fxdeploy.lower, model, inputs, candidates=["nope"])

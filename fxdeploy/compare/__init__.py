@@ -5,9 +5,9 @@ Used by ``fxdeploy compare``, by the benchmark rows' error column, and by ``targ
 
 from __future__ import annotations
 
-from fxdeploy.compare.api import CompareReport, TargetComparison, compare, reference_outputs
+from fxdeploy.compare.api import CompareReport, TargetComparison, compare
 from fxdeploy.compare.detections import DetectionComparison
-from fxdeploy.compare.outputs import Comparison, Tolerances, compare_outputs, max_abs_error
+from fxdeploy.compare.outputs import Comparison, Tolerances, compare_outputs, max_abs_error, reference_outputs
 from fxdeploy.compare.recognize import as_detections
 from fxdeploy.compare.tensors import TensorComparison, compare_tensor
 from fxdeploy.parity.match import Detections, ImageMatch, box_iou, match_image

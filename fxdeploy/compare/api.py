@@ -11,10 +11,11 @@ from typing import Any
 
 import torch
 
-from fxdeploy.capture import eval_mode
+from fxdeploy import api
 from fxdeploy.compare.batches import batch_dims, rebatch
-from fxdeploy.compare.outputs import Comparison, Tolerances, compare_outputs, max_abs_error
+from fxdeploy.compare.outputs import Comparison, Tolerances, compare_outputs, max_abs_error, reference_outputs
 from fxdeploy.settings import Settings
+from fxdeploy.targets import statuses as all_statuses
 
 Transform = Callable[[Any], Any]
 
@@ -99,11 +100,9 @@ def compare(
     target lowered once; without ``dynamic_shapes``, dim 0 of every tensor input is one dynamic
     ``batch`` dim. Each result's name says its batch.
     """
-    import fxdeploy
-
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     tol = tolerances or Tolerances()
-    statuses = fxdeploy.targets()
+    statuses = all_statuses()
     unknown = [t for t in targets if t not in statuses]
     if unknown or not targets:
         raise ValueError(f"unknown target(s) {unknown}; registered: {sorted(statuses)}")
@@ -120,7 +119,7 @@ def compare(
         if not status.available:
             rows.append(TargetComparison(name, "unavailable", status.reason or "unavailable"))
             continue
-        lower = functools.partial(fxdeploy.lower, model, args, target=name, dynamic_shapes=dynamic_shapes,
+        lower = functools.partial(api.lower, model, args, target=name, dynamic_shapes=dynamic_shapes,
                                   settings=lower_settings, substitutions=substitutions)
         rows.append(_compare_one(name, lower, runs, tol, (transform or {}).get(name)))
     shapes = [tuple(x.shape) for x in args if isinstance(x, torch.Tensor)]
@@ -155,9 +154,3 @@ def _compare_one(
         return TargetComparison(name, "error", f"{type(exc).__name__}: {exc}"[:2000], results)
     status = "pass" if all(r.ok for r in results) else "fail"
     return TargetComparison(name, status, "", results, lower_s)
-
-
-def reference_outputs(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
-    """Eager outputs in eval mode without autograd, with the model's modes restored afterwards."""
-    with eval_mode(model), torch.no_grad():
-        return model(*args, **(kwargs or {}))

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from fxdeploy.capture import eval_mode
 from fxdeploy.compare.detections import DetectionComparison, compare_detections
 from fxdeploy.compare.recognize import as_detections
 from fxdeploy.compare.tensors import TensorComparison, as_tensor, compare_tensor, compare_value
@@ -106,3 +107,9 @@ def _describe(value: Any) -> str:
     if isinstance(value, Sequence) and not isinstance(value, str):
         return f"{type(value).__name__} of {len(value)}"
     return type(value).__name__
+
+
+def reference_outputs(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+    """Eager outputs in eval mode without autograd, with the model's modes restored afterwards."""
+    with eval_mode(model), torch.no_grad():
+        return model(*args, **(kwargs or {}))

@@ -13,95 +13,18 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-import torch
 
 from fxdeploy import settings as settings_registry
 from fxdeploy.errors import LoweringError, RegistryError, TargetUnavailableError
-from fxdeploy.passes.base import Pass
-from fxdeploy.runtime.executor import Executor
-from fxdeploy.settings import Settings
+from fxdeploy.targets.base import Lowered, LoweringJob, Target, TargetStatus
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "Lowered", "LoweringJob", "Target", "TargetStatus", "all_targets", "check_precision",
+    "describe", "get_target", "origin_of", "register_target", "statuses",
+]
 
 logger = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "fxdeploy.targets"
-
-
-@dataclass
-class LoweringJob:
-    """Everything a target's lowering gets: the passed graph and how its inputs and outputs look."""
-
-    graph_module: torch.fx.GraphModule
-    example_inputs: list[torch.Tensor]
-    input_names: list[str]
-    output_names: list[str]
-    dynamic_shapes: list[dict[int, Any] | None]
-    settings: Settings
-    out_dir: Path
-    # capture's ExportedProgram when no pass changed the graph (the same graph, not traced again)
-    exported_program: torch.export.ExportedProgram | None = None
-
-
-@dataclass
-class Lowered:
-    files: list[str]
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Target:
-    name: str
-    pipeline: Sequence[Pass]
-    lower: Callable[[LoweringJob], Lowered]
-    load: Callable[[Path, dict[str, Any], Settings], Executor]
-    version: Callable[[], str | None]
-    install_hint: str
-    unavailable_reason: Callable[[], str | None] | None = None
-    precisions: tuple[str, ...] = ("fp32", "fp16")
-    """the ``Settings.precision`` values this target runs as asked; any other is refused, never ignored."""
-    sections: Mapping[str, type] = field(default_factory=dict)
-    """settings sections this target reads, by name: frozen ``fxdeploy.settings.Section`` dataclasses.
-    Each becomes ``settings.<name>``, a ``[name]`` TOML table and ``--name-field`` CLI flags; the
-    manifest and the cache key hold the target's own sections. Targets may share a section (same class)."""
-
-    def reason(self) -> str | None:
-        """None when the target can run here; otherwise why not, and what to install."""
-        if self.unavailable_reason is not None:
-            return self.unavailable_reason()
-        if self.version() is None:
-            return f"not installed: {self.install_hint}"
-        return None
-
-    def check_precision(self, precision: str) -> None:
-        """Refuse, before any capture, a precision this target would not run as asked."""
-        if precision in self.precisions:
-            return
-        others = [name for name, target in all_targets().items() if precision in target.precisions]
-        raise LoweringError(
-            f"Settings.precision: target {self.name!r} supports {list(self.precisions)}, got {precision!r}"
-            + (f"; targets with {precision}: {others}" if others else "")
-        )
-
-    def require(self) -> None:
-        reason = self.reason()
-        if reason is not None:
-            raise TargetUnavailableError(f"target {self.name!r} is unavailable here: {reason}")
-
-
-@dataclass(frozen=True)
-class TargetStatus:
-    name: str
-    available: bool
-    version: str | None
-    reason: str | None
-    source: str = "fxdeploy"
-    """Where the target comes from: fxdeploy, or a plugin's entry point and distribution."""
-
-    def __bool__(self) -> bool:
-        return self.available
 
 
 _TARGETS: dict[str, Target] = {}
@@ -180,6 +103,17 @@ def origin_of(name: str) -> dict[str, str] | None:
     """The entry point and distribution of plugin target ``name``; None for a built-in one."""
     _ensure_loaded()
     return _SOURCES.get(name)
+
+
+def check_precision(target: Target, precision: str) -> None:
+    """Refuse, before any capture, a precision this target would not run as asked."""
+    if precision in target.precisions:
+        return
+    others = [name for name, other in all_targets().items() if precision in other.precisions]
+    raise LoweringError(
+        f"Settings.precision: target {target.name!r} supports {list(target.precisions)}, got {precision!r}"
+        + (f"; targets with {precision}: {others}" if others else "")
+    )
 
 
 def get_target(name: str) -> Target:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fxdeploy.targets import Target
+from fxdeploy.targets.base import Target
 
 
 def register_all(register: Callable[[Target], Target]) -> None:

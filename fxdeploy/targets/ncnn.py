@@ -13,7 +13,7 @@ from typing import Any
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
-from fxdeploy.targets import Lowered, LoweringJob, Target
+from fxdeploy.targets.base import Lowered, LoweringJob, Target
 from fxdeploy.targets.sections import NcnnSettings
 
 INSTALL = "pip install fxdeploy[ncnn]"

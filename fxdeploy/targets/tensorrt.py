@@ -15,7 +15,7 @@ import torch
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
-from fxdeploy.targets import Lowered, LoweringJob, Target
+from fxdeploy.targets.base import Lowered, LoweringJob, Target
 from fxdeploy.targets.onnxruntime import lower_onnx
 from fxdeploy.targets.sections import OnnxSettings, TensorRTSettings
 

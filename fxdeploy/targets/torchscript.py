@@ -14,7 +14,7 @@ import torch
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
-from fxdeploy.targets import Lowered, LoweringJob, Target
+from fxdeploy.targets.base import Lowered, LoweringJob, Target
 
 MODEL_FILE = "model.pt"
 

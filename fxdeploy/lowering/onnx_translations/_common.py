@@ -13,11 +13,10 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 from onnxscript import opset18 as op
 
+from fxdeploy.onnx_files import TIE_FREE
+
 NEG_INF = float("-inf")
-TIE_FREE = "fxdeploy_tie_free_topk"
-"""Prefix of the outputs of TopK nodes whose result does not depend on how they order equal keys
-(the keys are unique, or only each key's group is read): a runtime may leave them unstable.
-OpenVINO's executor makes every other TopK stable (``fxdeploy.runtime.openvino.read_model``)."""
+
 INT32_SQUARE_ROOT = 46340
 """The largest N whose keys ``dense * N + index`` stay below 2**31: OpenVINO's CPU plugin computes
 int64 as int32."""
