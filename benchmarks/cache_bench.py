@@ -29,8 +29,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import fxdeploy  # noqa: E402
 from examples.models import resnet50  # noqa: E402
-from fxdeploy import substitution  # noqa: E402
 from fxdeploy.cache import cached_lower, in_process_loader, model_parts, open_cache  # noqa: E402
+from fxdeploy.capture import substitution  # noqa: E402
 
 
 def cached(model: torch.nn.Module, inputs: tuple[Any, ...], target: str, cache_dir: str) -> tuple[Any, bool, float]:

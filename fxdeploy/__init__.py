@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fxdeploy import ops
 from fxdeploy.api import load, lower
+from fxdeploy.capture.substitution import Substitution, substitute
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import (
     ArtifactError,
@@ -20,7 +21,6 @@ from fxdeploy.errors import (
     TargetUnavailableError,
 )
 from fxdeploy.settings import Settings
-from fxdeploy.substitution import Substitution, substitute
 from fxdeploy.targets import TargetStatus
 from fxdeploy.version import __version__
 

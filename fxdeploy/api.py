@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import artifact, dims, structure, substitution
-from fxdeploy.capture import Captured, capture, eval_mode, fixes
+from fxdeploy import artifact
+from fxdeploy.artifact import dims, structure
+from fxdeploy.capture import Captured, capture, eval_mode, fixes, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import (
     ArtifactError,
@@ -44,7 +45,7 @@ def lower(
 ) -> Deployed:
     """Capture ``model`` on ``inputs``, run ``target``'s passes, lower it, and load the result."""
     if target == "auto":  # lower to every available target, keep the fastest that matches eager
-        from fxdeploy.auto import lower_auto
+        from fxdeploy.parity.auto import lower_auto
 
         return lower_auto(lower, model, inputs, dynamic_shapes, settings, kwargs=kwargs, substitutions=substitutions)
     settings = settings or Settings()
@@ -328,7 +329,7 @@ def load(
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"{root / artifact.MANIFEST}: {exc}") from exc
     if "model.onnx" in manifest["files"]:  # confine its external weights to the artifact's own files
-        from fxdeploy.onnx_files import check_external_data
+        from fxdeploy.artifact.onnx_files import check_external_data
 
         check_external_data(root / "model.onnx", set(manifest["files"]) - {"model.onnx"})
     try:

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import artifact, dims, structure
+from fxdeploy import artifact
+from fxdeploy.artifact import dims, structure
 from fxdeploy.capture import guards
 from fxdeploy.errors import FxDeployError, InferenceError, InputError, first_line
 from fxdeploy.runtime.executor import Executor, Stats

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fxdeploy
-from fxdeploy.auto import lower_auto
+from fxdeploy.parity.auto import lower_auto
 from tests.helpers import max_abs_error
 
 

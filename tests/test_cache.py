@@ -12,7 +12,7 @@ import torch
 
 import fxdeploy
 from examples import detector, face_detector, models
-from fxdeploy import artifact, substitution
+from fxdeploy import artifact
 from fxdeploy.cache import (
     ArtifactCache,
     cached_lower,
@@ -22,6 +22,7 @@ from fxdeploy.cache import (
     open_cache,
 )
 from fxdeploy.cache import key as cache_keys
+from fxdeploy.capture import substitution
 
 FAST = fxdeploy.Settings(verify=False)
 DYNAMIC = {"x": {0: "batch"}}

@@ -11,7 +11,7 @@ import torch
 import fxdeploy
 from examples.detector import tiny_yolo
 from examples.models import convnet
-from fxdeploy.report import render_report
+from fxdeploy.cli.report import render_report
 from tests.helpers import ROOT, require_target
 
 

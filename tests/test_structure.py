@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from torch.utils import _pytree as pytree
 
-from fxdeploy import structure
+from fxdeploy.artifact import structure
 
 TREES: list[Any] = [
     (1, 2, 3), [1, (2, 3), {"a": 4, "b": [5, 6]}], (), [], {"x": ()}, 7, ([],), {"a": 1}, ((1,),),

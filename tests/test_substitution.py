@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import fxdeploy
-from fxdeploy import substitution
-from fxdeploy.capture import capture
+from fxdeploy.capture import capture, substitution
 from fxdeploy.errors import CaptureError, RegistryError
 from fxdeploy.settings import CaptureSettings, Settings
 

@@ -16,8 +16,8 @@ import torch
 import fxdeploy
 from examples import face_detector, models
 from fxdeploy import artifact
-from fxdeploy.export.triton import TritonExportError, export_triton
-from fxdeploy.export.triton_config import DATA_TYPES, DEFAULT_MAX_BATCH
+from fxdeploy.integrations.triton import TritonExportError, export_triton
+from fxdeploy.integrations.triton_config import DATA_TYPES, DEFAULT_MAX_BATCH
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = fxdeploy.Settings(verify=False)  # verification is tested elsewhere; here only the layout matters

@@ -78,7 +78,7 @@ class BenchContext:
 
     def unpack_for(self, applied: list[str]) -> Any:
         """The host-side unpack of the applied substitution, which ``fxdeploy.load`` needs back."""
-        from fxdeploy.substitution import resolve
+        from fxdeploy.capture.substitution import resolve
 
         unpacks = [s.unpack for s in resolve(self.substitutions) if s.name in applied and s.unpack is not None]
         return unpacks[0] if len(unpacks) == 1 else None

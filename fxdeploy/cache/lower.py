@@ -21,9 +21,10 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import structure, substitution
+from fxdeploy.artifact import structure
 from fxdeploy.cache.fingerprint import UncacheableError
 from fxdeploy.cache.store import DEFAULT_MAX_BYTES, ArtifactCache, read_structure
+from fxdeploy.capture import substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import ArtifactError
 from fxdeploy.settings import Settings

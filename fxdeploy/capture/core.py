@@ -21,9 +21,9 @@ import torch
 from torch.fx.graph import CodeGen
 from torch.utils import _pytree as pytree
 
-from fxdeploy import dims as dims_mod
-from fxdeploy import structure, substitution
-from fxdeploy.capture import fixes, guards, per_image
+from fxdeploy.artifact import dims as dims_mod
+from fxdeploy.artifact import structure
+from fxdeploy.capture import fixes, guards, per_image, substitution
 from fxdeploy.capture.errors import explain
 from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError

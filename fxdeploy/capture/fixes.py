@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fxdeploy.dims import INT_MAX, finite_or
+from fxdeploy.artifact.dims import INT_MAX, finite_or
 
 
 class DimWarning(UserWarning):

@@ -10,7 +10,7 @@ per-image results into what eager returns for the whole batch.
 How results join is data in the manifest (``join``), found by running the model eagerly on one
 image and on two: a list that doubles is a list over images (concatenated), a tensor whose dim 0
 doubles is batched (concatenated on dim 0), anything else must be the same for every image.
-``fxdeploy.structure.join_images`` applies the plan on the host.
+``fxdeploy.artifact.structure.join_images`` applies the plan on the host.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import structure
-from fxdeploy.dims import INT_MAX, finite_or
+from fxdeploy.artifact import structure
+from fxdeploy.artifact.dims import INT_MAX, finite_or
 from fxdeploy.errors import CaptureError
 
 

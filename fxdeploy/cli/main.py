@@ -103,7 +103,7 @@ def _cmd_lower(args: argparse.Namespace) -> int:
         worst = max((c["max_abs_error"] for c in checks if c["max_abs_error"] is not None), default=0.0)
         print(f"  checked against eager at {', '.join(c['label'] for c in checks)}: max abs error {worst:.3g}")
     if args.report:
-        from fxdeploy.report import render_report
+        from fxdeploy.cli.report import render_report
 
         args.report.write_text(render_report(deployed, lower_seconds=elapsed), encoding="utf-8")
         print(f"  report -> {args.report}")

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fxdeploy.dims import size_of
+from fxdeploy.artifact.dims import size_of
 
 
 def parse_dynamic(items: Sequence[str]) -> dict[str, dict[int, Any]] | None:

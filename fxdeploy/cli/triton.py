@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
 
 
 def _cmd_export_triton(args: argparse.Namespace) -> int:
-    from fxdeploy.export.triton import export_triton
+    from fxdeploy.integrations.triton import export_triton
 
     model_dir = export_triton(
         args.artifact, args.repo, model_name=args.name, version=args.version,

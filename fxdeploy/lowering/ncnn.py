@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
+from fxdeploy.artifact.jit_warnings import quiet_jit
+from fxdeploy.artifact.ncnn_net import load_net
 from fxdeploy.errors import LoweringError
-from fxdeploy.jit_warnings import quiet_jit
 from fxdeploy.lowering.ncnn_checks import batch_symbol, head_outputs
 from fxdeploy.lowering.ncnn_convert import BIN, PARAM, check_blobs, check_layers, convert, second_shapes
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
-from fxdeploy.ncnn_net import load_net
 from fxdeploy.partition import Engine, Host, HostOp, Plan, Source, Stage
 from fxdeploy.partition.cut import Part, split_parts
 from fxdeploy.partition.host_nodes import COPIED_IN, HOST_REASON

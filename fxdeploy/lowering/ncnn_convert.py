@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from fxdeploy.dims import finite_or
+from fxdeploy.artifact.dims import finite_or
+from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.errors import LoweringError
-from fxdeploy.jit_warnings import quiet_jit
 
 PARAM, BIN = "model.ncnn.param", "model.ncnn.bin"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fxdeploy.dims import INT_MAX
+from fxdeploy.artifact.dims import INT_MAX
 from fxdeploy.errors import LoweringError
 from fxdeploy.settings import Settings
 

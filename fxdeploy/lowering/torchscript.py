@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.errors import LoweringError
-from fxdeploy.jit_warnings import quiet_jit
 
 
 def plain_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy import structure
+from fxdeploy.artifact import structure
+from fxdeploy.artifact.dims import size_of
 from fxdeploy.capture import guards as guard_mod
 from fxdeploy.capture.fixes import DimWarning
-from fxdeploy.dims import size_of
 from fxdeploy.errors import LoweringError
 from fxdeploy.parity.match import Rules, Tolerance, match_image
 from fxdeploy.parity.rows import group_rows, per_image, roles

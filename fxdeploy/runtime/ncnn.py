@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from fxdeploy.artifact.jit_warnings import quiet_jit
+from fxdeploy.artifact.ncnn_net import configure as configure_options
+from fxdeploy.artifact.ncnn_net import load_net
 from fxdeploy.errors import ArtifactError
-from fxdeploy.jit_warnings import quiet_jit
-from fxdeploy.ncnn_net import configure as configure_options
-from fxdeploy.ncnn_net import load_net
 from fxdeploy.partition import Engine, Host, Plan, Source
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings

@@ -124,7 +124,7 @@ def read_model(core: Any, model: Path | bytes) -> Any:
     except on the TopKs that multiclass_nms marks tie-free (``TIE_FREE``): their result does not
     depend on the order of ties, and OpenVINO's stable TopK costs tens of times its unstable one.
     """
-    from fxdeploy.onnx_files import TIE_FREE
+    from fxdeploy.artifact.onnx_files import TIE_FREE
 
     ov_model = core.read_model(model if isinstance(model, bytes) else str(model))
     for node in ov_model.get_ops():

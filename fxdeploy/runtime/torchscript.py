@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from fxdeploy.jit_warnings import quiet_jit
+from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
 

@@ -20,7 +20,7 @@ MODEL_FILE = "model.pt"
 
 
 def lower_torchscript(job: LoweringJob) -> Lowered:
-    from fxdeploy.jit_warnings import quiet_jit
+    from fxdeploy.artifact.jit_warnings import quiet_jit
     from fxdeploy.lowering.torchscript import script_graph
 
     module = script_graph(job.graph_module, target="torchscript")

@@ -8,7 +8,7 @@ import torch
 import fxdeploy
 from fxdeploy.capture import fixes
 from fxdeploy.capture.errors import explain
-from fxdeploy.report import render_report
+from fxdeploy.cli.report import render_report
 
 REFUSAL = """Constraints violated (samples)! For more information, run with TORCH_LOGS="+dynamic".
   - Not all values of samples = L['x'].size()[1] in the specified range 20 <= samples <= 4000 satisfy \

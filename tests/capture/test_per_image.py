@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import fxdeploy
+from fxdeploy.artifact.structure import join_images
 from fxdeploy.capture import capture, per_image
 from fxdeploy.errors import CaptureError
-from fxdeploy.structure import join_images
 from tests.helpers import require_target
 
 

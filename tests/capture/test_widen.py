@@ -12,9 +12,9 @@ from torch import nn
 
 import fxdeploy
 from examples import models
+from fxdeploy.artifact.dims import to_export_dynamic_shapes
 from fxdeploy.capture.widen import widen
-from fxdeploy.dims import to_export_dynamic_shapes
-from fxdeploy.report import render_report
+from fxdeploy.cli.report import render_report
 from tests.helpers import require_target
 
 TARGETS = ["onnxruntime", "openvino", "torchscript", "ncnn", "tensorrt"]

@@ -13,7 +13,7 @@ import torch
 
 import fxdeploy
 from examples.detector import TinyYolo
-from fxdeploy.substitution import builtin_substitutions
+from fxdeploy.capture.substitution import builtin_substitutions
 from tests.detections import assert_same_detections
 from tests.helpers import require_target
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import fxdeploy
-from fxdeploy.substitution import builtin_substitutions
+from fxdeploy.capture.substitution import builtin_substitutions
 from tests.detections import assert_same_detections
 from tests.detectors.conftest import require
 from tests.helpers import require_target

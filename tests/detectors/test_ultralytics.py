@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fxdeploy
-from fxdeploy.substitution import builtin_substitutions
+from fxdeploy.capture.substitution import builtin_substitutions
 from tests.detections import assert_same_detections, without_threshold_flips
 from tests.detectors.conftest import require
 from tests.helpers import require_target

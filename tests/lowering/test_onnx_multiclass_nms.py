@@ -189,7 +189,7 @@ def test_static_sizes_rank_and_merge_ties_without_a_stable_sort(per_class_boxes:
     OpenVINO's executor leaves exactly those four unstable (its stable TopK costs tens of times
     more). Thousands of boxes in chains that overlap, with scores on four levels: which box of
     each pair survives, and the order of the K rows, rest on the tie order alone."""
-    from fxdeploy.onnx_files import TIE_FREE
+    from fxdeploy.artifact.onnx_files import TIE_FREE
     from fxdeploy.runtime.openvino import read_model
 
     ov = pytest.importorskip("openvino", reason="the OpenVINO runtime is not installed (pip install openvino)")

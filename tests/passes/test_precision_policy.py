@@ -7,13 +7,13 @@ import torch
 
 from examples import detector
 from fxdeploy.capture import capture
+from fxdeploy.capture.substitution import resolve
 from fxdeploy.passes import op_histogram, run_pipeline
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.pipelines import CLEANUP
 from fxdeploy.passes.precision_policy import PRECISION, precision_policy
 from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES, TRIM
 from fxdeploy.settings import Settings
-from fxdeploy.substitution import resolve
 
 HALVES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

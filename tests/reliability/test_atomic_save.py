@@ -2,7 +2,7 @@
 
 A child process saves two 16 MiB artifacts (A and B) in turn over the same path, forever; the
 parent SIGKILLs it at a random moment, then checks the destination. The child imports only
-``fxdeploy/artifact.py`` (a bare package stub skips ``fxdeploy/__init__``'s torch import), so
+``fxdeploy/artifact/store.py`` (a bare package stub skips ``fxdeploy/__init__``'s torch import), so
 each kill costs milliseconds rather than an interpreter start with torch.
 """
 
@@ -20,6 +20,7 @@ import torch
 
 import fxdeploy
 from fxdeploy import artifact
+from fxdeploy.artifact import store
 from tests.helpers import ROOT
 from tests.reliability.artifact_edits import read_manifest
 from tests.reliability.conftest import require
@@ -68,7 +69,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, torch.
 def _exchange_works(tmp_path: Path) -> bool:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    return artifact._exchange(tmp_path / "a", tmp_path / "b")
+    return store.exchange(tmp_path / "a", tmp_path / "b")
 
 
 def _kill_mid_save(dest: Path, sources: list[Path], delay: float) -> int:

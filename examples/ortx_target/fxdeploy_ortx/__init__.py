@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from fxdeploy.backends import make_backend
+from fxdeploy.integrations.backends import make_backend
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor, to_torch
 from fxdeploy.settings import Section, Settings

@@ -13,7 +13,7 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 from onnxscript import opset18 as op
 
-from fxdeploy.onnx_files import TIE_FREE
+from fxdeploy.artifact.onnx_files import TIE_FREE
 
 NEG_INF = float("-inf")
 

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fxdeploy import dims as dims_mod
+from fxdeploy.artifact import dims as dims_mod
 from fxdeploy.errors import ArtifactError
 
 SCHEMA_VERSION = 1
@@ -107,7 +107,7 @@ def _swap_into_place(staging: Path, dest: Path) -> None:
         return
     if not (dest / MANIFEST).is_file() and any(dest.iterdir()):
         raise ArtifactError(f"refusing to replace {dest}: it exists and is not an fxdeploy artifact")
-    if _exchange(staging, dest):
+    if exchange(staging, dest):
         shutil.rmtree(staging)  # staging now holds the previous artifact
     else:  # no renameat2 here: move the old one aside, then put the new one in place
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
@@ -117,7 +117,7 @@ def _swap_into_place(staging: Path, dest: Path) -> None:
     _fsync(dest.parent)
 
 
-def _exchange(a: Path, b: Path) -> bool:
+def exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths (Linux renameat2). False where the call is unavailable."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)

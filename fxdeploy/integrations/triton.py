@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from fxdeploy import artifact
+from fxdeploy.artifact import store
 from fxdeploy.errors import ArtifactError, FxDeployError
-from fxdeploy.export.triton_config import layout, triton_config
+from fxdeploy.integrations.triton_config import layout, triton_config
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ def _swap(staging: Path, dest: Path) -> None:
         os.rename(staging, dest)
         return
     old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-    if artifact._exchange(staging, dest):  # noqa: SLF001 - the same renameat2 swap as artifact.save
+    if store.exchange(staging, dest):  # the same renameat2 swap as artifact.save
         shutil.rmtree(staging)
         return
     os.rename(dest, old)

@@ -128,7 +128,7 @@ def _reachable_objects(model: torch.nn.Module) -> Iterator[Any]:
 @contextlib.contextmanager
 def in_dynamo(subs: Iterable[Substitution]) -> Iterator[list[str]]:
     """Register plain-function substitutions as dynamo polyfills for one strict capture."""
-    from fxdeploy import _dynamo_polyfill
+    from fxdeploy.capture import _dynamo_polyfill
 
     functions = [s for s in subs if not s.is_method and isinstance(s.target, types.FunctionType)]
     with _dynamo_polyfill.scoped({s.target: s.replacement for s in functions}):

@@ -1,0 +1,24 @@
+"""Artifacts: what is on disk and what it promises.
+
+- ``store``: save a directory of data files plus ``manifest.json`` atomically; read one back as
+  data only, hashes and schema checked (``read_manifest``).
+- ``dims`` and ``structure``: the artifact's signature, its named dynamic dims and the input and
+  output trees, in the JSON form the manifest holds.
+- ``onnx_files``, ``ncnn_net`` and ``jit_warnings``: the file formats' own rules (ONNX external
+  data, one configured ``ncnn.Net``, quiet TorchScript), shared by lowering and the runtime.
+"""
+
+from fxdeploy.artifact.store import (
+    DTYPE_NAMES,
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    SCHEMA_VERSION,
+    read_manifest,
+    save,
+    sha256,
+    validate,
+)
+
+__all__ = [
+    "DTYPE_NAMES", "MANIFEST", "MAX_MANIFEST_BYTES", "SCHEMA_VERSION", "read_manifest", "save", "sha256", "validate",
+]
