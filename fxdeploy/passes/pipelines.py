@@ -6,20 +6,20 @@ from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
-from fxdeploy.passes.float_attention_mask import float_attention_mask
-from fxdeploy.passes.fold_constants import fold_constants
-from fxdeploy.passes.max_indices import max_indices
-from fxdeploy.passes.padded_copies import padded_copies
+from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
+from fxdeploy.passes.ncnn.fold_constants import fold_constants
+from fxdeploy.passes.ncnn.max_indices import max_indices
+from fxdeploy.passes.ncnn.padded_copies import padded_copies
+from fxdeploy.passes.ncnn.strided_slices import strided_slices
+from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
+from fxdeploy.passes.ncnn.unit_selects import unit_selects
+from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
-from fxdeploy.passes.strided_slices import strided_slices
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
-from fxdeploy.passes.unit_broadcasts import unit_broadcasts
-from fxdeploy.passes.unit_selects import unit_selects
-from fxdeploy.passes.vacuous_masks import vacuous_masks
 from fxdeploy.passes.whole_input_pool import whole_input_pool
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.

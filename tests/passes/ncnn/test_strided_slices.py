@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.strided_slices import strided_slices
+from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.settings import Settings
 
 BATCH = torch.export.Dim("batch", min=1, max=8)
@@ -87,7 +87,7 @@ def test_batch_axis_and_dynamic_dims_are_left_alone_with_the_reason(
     dim: int, dynamic: dict[int, object], caplog: pytest.LogCaptureFixture
 ) -> None:
     gm = exported(Sliced(dim, slice(0, None, 2)), torch.randn(4, 6), dynamic)
-    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.strided_slices"):
+    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.ncnn.strided_slices"):
         result = strided_slices(gm, Settings())
     assert not result.modified and stepped(result.graph_module)
     assert ("batch axis" if dim == 0 else "is dynamic") in caplog.text

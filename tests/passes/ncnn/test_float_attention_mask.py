@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.float_attention_mask import float_attention_mask
+from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.vacuous_masks import vacuous_masks
+from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.padded_copies import padded_copies
+from fxdeploy.passes.ncnn.padded_copies import padded_copies
 from fxdeploy.settings import Settings
 
 BATCH = torch.export.Dim("batch", min=1, max=8)
@@ -113,7 +113,7 @@ def test_writes_that_are_not_a_corner_pad_are_left_alone_with_the_reason(
 ) -> None:
     x = torch.randn(1, 3, 4, 4)
     gm = exported(model, x)
-    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.padded_copies"):
+    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.ncnn.padded_copies"):
         result = padded_copies(gm, Settings())
     assert not result.modified
     assert reason in caplog.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.unit_selects import unit_selects
+from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.settings import Settings
 
 BATCH = torch.export.Dim("batch", min=2, max=8)

@@ -8,7 +8,7 @@ import copy
 import torch
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.unit_broadcasts import unit_broadcasts
+from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
 

@@ -7,7 +7,7 @@ import operator
 import torch
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.max_indices import check, max_indices
+from fxdeploy.passes.ncnn.max_indices import check, max_indices
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
 
