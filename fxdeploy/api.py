@@ -26,8 +26,7 @@ from fxdeploy.errors import (
 )
 from fxdeploy.parity import verify
 from fxdeploy.passes.base import PipelineReport, run_pipeline
-from fxdeploy.passes.precision_policy import PRECISION
-from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
+from fxdeploy.passes.record import record, update
 from fxdeploy.settings import Settings
 from fxdeploy.targets import Lowered, LoweringJob, Target, check_precision, describe, get_target, origin_of
 from fxdeploy.version import __version__
@@ -61,7 +60,7 @@ def lower(
                 model, args, kwargs, dynamic_shapes=dynamic_shapes, substitutions=subs, settings=settings
             )
             gm = captured.graph_module
-            gm.meta[OUTPUT_NAMES] = captured.output_names
+            update(gm, output_names=tuple(captured.output_names))
             gm, report = run_pipeline(gm, chosen.pipeline, settings)
             return _lower_graph(chosen, captured, gm, report, settings, model, subs)
         except InferenceError as exc:  # the artifact was built, and fails on lower()'s own checks
@@ -96,7 +95,12 @@ def _lower_graph(
     chosen: Target, captured: Captured, gm: torch.fx.GraphModule, report: PipelineReport,
     settings: Settings, model: torch.nn.Module, subs: list[substitution.Substitution],
 ) -> Deployed:
-    leaves = gm.meta[OUTPUT_LEAVES]
+    if record(gm).output_leaves is None:
+        raise LoweringError(
+            f"target {chosen.name!r}: its pass pipeline never described the outputs; "
+            "end it with fxdeploy.passes.tensorize_outputs.tensorize_outputs, as the built-in pipelines do"
+        )
+    leaves = list(record(gm).output_leaves)
     tensor_names = [leaf["name"] for leaf in leaves if leaf["kind"] != "constant"]
     workdir = tempfile.TemporaryDirectory(prefix="fxdeploy-")
     out_dir = Path(workdir.name)
@@ -276,7 +280,7 @@ def _manifest(
         "info": dict(
             info, capture_mode=captured.mode, substitutions=captured.substitutions,
             **({"unpack": [_qualname(u) for u in captured.unpacks]} if captured.unpacks else {}),
-            precision=gm.meta.get(PRECISION, {"policy": settings.precision}),
+            precision=record(gm).precision or {"policy": settings.precision},
             **({"target_origin": origin_of(chosen.name)} if origin_of(chosen.name) else {}),
             **({"widened_dims": captured.widened_dims} if captured.widened_dims else {}),
             **({"dim_changes": captured.dim_changes} if captured.dim_changes else {}),

@@ -6,7 +6,7 @@ With ``settings.precision`` "fp16" (or "bf16") every float op runs in that dtype
   light ops downstream of an excluded op (score post-processing).
 Heavy ops (convolutions, matmuls, attention, norms) always take the reduced dtype. Casts are inserted at the
 region boundaries; graph inputs and outputs keep their dtypes, so callers see no change. The
-record of what ran in which precision goes to ``gm.meta["fxdeploy.precision"]``, then the manifest.
+record of what ran in which precision goes to the graph record (``passes/record.py``), then the manifest.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import torch
 
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import refresh_meta
+from fxdeploy.passes.record import update
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
-PRECISION = "fxdeploy.precision"
 EXCLUDED = frozenset(
     {
         "aten.sigmoid.default", "aten._softmax.default", "aten.softmax.int", "aten._log_softmax.default",
@@ -61,9 +61,9 @@ def precision_policy(gm: torch.fx.GraphModule, settings: Settings) -> PassResult
     refresh_meta(gm)
     histogram = Counter(str(n.target) for n in fp32 if n.op == "call_function")
     reduced = sum(1 for n in graph.nodes if n.op == "call_function" and n not in fp32 and n not in casts.values())
-    gm.meta[PRECISION] = {
+    update(gm, precision={
         "policy": settings.precision, f"{settings.precision}_ops": reduced, "fp32_ops": dict(sorted(histogram.items()))
-    }
+    })
     return PassResult(gm, True)
 
 

@@ -13,21 +13,17 @@ from typing import Any
 import torch
 
 from fxdeploy.passes.base import PassResult
+from fxdeploy.passes.record import GraphRecord, record, update
 from fxdeploy.settings import Settings
 
-OUTPUT_NAMES = "fxdeploy.output_names"
-OUTPUT_LEAVES = "fxdeploy.output_leaves"
-HIDDEN = "fxdeploy.hidden_outputs"
-"""Outputs a pass added for the host's use (e.g. NMS counts); not part of the model's structure."""
-TRIM = "fxdeploy.trim"
-"""{output name: {"dim": d, "count": hidden output name}}: padded outputs the host slices."""
 _CONSTANT_TYPES = (type(None), bool, int, float, str)
 
 
 def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     output = next(n for n in gm.graph.nodes if n.op == "output")
     leaves = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    names = list(gm.meta.get(OUTPUT_NAMES) or [f"output_{i}" for i in range(len(leaves))])
+    known = record(gm)
+    names = known.names_for(len(leaves))
     if len(names) != len(leaves):
         raise ValueError(f"{len(names)} output names for {len(leaves)} graph outputs")
     described: list[dict[str, Any]] = []
@@ -37,7 +33,7 @@ def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResul
     for leaf, name in zip(leaves, names, strict=True):
         if isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor):
             rows_dim = _rows_dim(leaf.meta["val"], after_nms[leaf]) if leaf in after_nms else None
-            described.append(_tensor_leaf(name, gm.meta, leaf in after_nms, rows_dim))
+            described.append(_tensor_leaf(name, known, leaf in after_nms, rows_dim))
             kept.append(leaf)
         elif isinstance(leaf, torch.fx.Node):
             with gm.graph.inserting_before(output):
@@ -54,7 +50,7 @@ def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResul
             )
     if modified:
         output.args = (tuple(kept),)
-    gm.meta[OUTPUT_LEAVES] = described
+    update(gm, output_leaves=tuple(described))
     return PassResult(gm, modified)
 
 
@@ -86,14 +82,14 @@ def _rows_dim(value: torch.Tensor, rows: int | None) -> int | None:
     return next((d for d, size in enumerate(value.shape) if isinstance(size, int) and size == rows), None)
 
 
-def _tensor_leaf(name: str, meta: dict[str, Any], detections: bool, rows_dim: int | None) -> dict[str, Any]:
-    leaf: dict[str, Any] = {"kind": "hidden" if name in meta.get(HIDDEN, ()) else "tensor", "name": name}
+def _tensor_leaf(name: str, known: GraphRecord, detections: bool, rows_dim: int | None) -> dict[str, Any]:
+    leaf: dict[str, Any] = {"kind": "hidden" if name in known.hidden else "tensor", "name": name}
     if detections:
         leaf["detections"] = True
     if rows_dim is not None:
         leaf["rows_dim"] = rows_dim
-    if name in meta.get(TRIM, {}):
-        leaf["trim"] = dict(meta[TRIM][name])
+    if name in known.trim:
+        leaf["trim"] = known.trim[name].to_dict()
     return leaf
 
 

@@ -45,13 +45,13 @@ def ncnn_stages(
     from fxdeploy.capture import capture
     from fxdeploy.partition.cut import split_parts
     from fxdeploy.passes.base import run_pipeline
-    from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES
+    from fxdeploy.passes.record import update
     from fxdeploy.targets import get_target
 
     settings = fxdeploy.Settings()
     captured = capture(model.eval(), (x,), dynamic_shapes=dynamic_shapes, settings=settings)
     gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
+    update(gm, output_names=tuple(captured.output_names))
     reference = copy.deepcopy(gm)
     gm, _ = run_pipeline(gm, get_target("ncnn").pipeline, settings)
     parts = split_parts(gm)

@@ -18,7 +18,7 @@ import fxdeploy
 from examples import models
 from fxdeploy.capture import capture
 from fxdeploy.passes.base import run_pipeline
-from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES
+from fxdeploy.passes.record import record, update
 from fxdeploy.targets import LoweringJob, get_target
 from fxdeploy.targets.tensorrt import tensorrt_onnx
 from tests.detections import assert_detections_match, padding_problems
@@ -33,9 +33,9 @@ def tensorrt_flavoured_onnx(model: torch.nn.Module, x: torch.Tensor, out_dir: Pa
     settings = fxdeploy.Settings()
     captured = capture(model, (x,), dynamic_shapes=DYNAMIC, settings=settings)
     gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
+    update(gm, output_names=tuple(captured.output_names))
     gm, _ = run_pipeline(gm, get_target("tensorrt").pipeline, settings)
-    names = [leaf["name"] for leaf in gm.meta[OUTPUT_LEAVES] if leaf["kind"] != "constant"]
+    names = [leaf["name"] for leaf in record(gm).output_leaves if leaf["kind"] != "constant"]
     job = LoweringJob(
         gm, captured.example_inputs, captured.input_names, names, captured.export_dynamic_shapes,
         settings, out_dir,

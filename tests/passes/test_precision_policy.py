@@ -11,8 +11,8 @@ from fxdeploy.capture.substitution import resolve
 from fxdeploy.passes import op_histogram, run_pipeline
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.pipelines import CLEANUP
-from fxdeploy.passes.precision_policy import PRECISION, precision_policy
-from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES, TRIM
+from fxdeploy.passes.precision_policy import precision_policy
+from fxdeploy.passes.record import record, update
 from fxdeploy.settings import Settings
 
 HALVES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -22,7 +22,7 @@ def _detector_graph() -> tuple[torch.fx.GraphModule, torch.Tensor, torch.nn.Modu
     model, (x,) = detector.tiny_yolo()
     captured = capture(model, (x,), substitutions=resolve(None))
     gm = captured.graph_module
-    gm.meta[OUTPUT_NAMES] = captured.output_names
+    update(gm, output_names=tuple(captured.output_names))
     gm, _ = run_pipeline(gm, (*CLEANUP, pad_compactions), Settings())
     return gm, x, model
 
@@ -49,19 +49,19 @@ def test_convolutions_reduced_scores_and_nms_fp32(precision: str) -> None:
     assert all(n.meta["val"].dtype == torch.float32 for n in gm.graph.nodes if str(n.target) == "aten.sigmoid.default")
     after = op_histogram(gm)
     assert after.get("aten._to_copy.default", 0) > before.get("aten._to_copy.default", 0)  # boundary casts
-    record = gm.meta[PRECISION]
-    assert record["policy"] == precision
-    assert record["fp32_ops"]["fxdeploy.multiclass_nms.default"] == len(x)  # one per image
-    assert record[f"{precision}_ops"] > len(convs)
+    precision_record = record(gm).precision
+    assert precision_record["policy"] == precision
+    assert precision_record["fp32_ops"]["fxdeploy.multiclass_nms.default"] == len(x)  # one per image
+    assert precision_record[f"{precision}_ops"] > len(convs)
     placeholder = next(n for n in gm.graph.nodes if n.op == "placeholder")
     assert placeholder.meta["val"].dtype == torch.float32  # callers still feed fp32
     with torch.no_grad():
-        outputs = dict(zip(gm.meta[OUTPUT_NAMES], gm(x), strict=True))
+        outputs = dict(zip(record(gm).output_names, gm(x), strict=True))
         want = model(x)  # the model itself, per image: its own loop, filter and NMS
     for image, result in enumerate(want):
         scores = outputs[f"{image}.scores"]
         assert scores.dtype == torch.float32 and outputs[f"{image}.boxes"].dtype == torch.float32
-        scores = scores[: int(outputs[gm.meta[TRIM][f"{image}.scores"]["count"]])]
+        scores = scores[: int(outputs[record(gm).trim[f"{image}.scores"].count])]
         # reduced precision may swap near-equal scores, or move one across the threshold: compare
         # the clear scores as sorted sets
         assert _clear_scores(scores, model).shape == _clear_scores(result["scores"], model).shape

@@ -3,7 +3,8 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.tensorize_outputs import OUTPUT_LEAVES, OUTPUT_NAMES, tensorize_outputs
+from fxdeploy.passes.record import record, update
+from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
 
@@ -15,14 +16,14 @@ def test_constants_leave_the_graph_and_symints_become_tensors() -> None:
         return relu, None, 3, size
 
     gm = build(body, 1, [torch.randn(4, 2)])
-    gm.meta[OUTPUT_NAMES] = ["y", "none", "three", "n"]
+    update(gm, output_names=("y", "none", "three", "n"))
     result = tensorize_outputs(gm, Settings())
     gm = result.graph_module
     gm.graph.lint()
     gm.recompile()
     assert result.modified
     assert op_histogram(gm)["aten.scalar_tensor.default"] == 1
-    assert gm.meta[OUTPUT_LEAVES] == [
+    assert list(record(gm).output_leaves) == [
         {"kind": "tensor", "name": "y"},
         {"kind": "constant", "name": "none", "value": None},
         {"kind": "constant", "name": "three", "value": 3},
@@ -37,7 +38,7 @@ def test_all_tensor_outputs_are_not_modified() -> None:
     gm = build(lambda g, xs: (g.call_function(aten.relu.default, (xs[0],)),), 1, [torch.randn(2)])
     result = tensorize_outputs(gm, Settings())
     assert not result.modified
-    assert result.graph_module.meta[OUTPUT_LEAVES] == [{"kind": "tensor", "name": "output_0"}]
+    assert list(record(result.graph_module).output_leaves) == [{"kind": "tensor", "name": "output_0"}]
 
 
 def test_detection_leaves_record_the_dim_of_their_rows() -> None:
@@ -51,8 +52,8 @@ def test_detection_leaves_record_the_dim_of_their_rows() -> None:
 
     inputs = (torch.rand(2, 7, 4), torch.rand(2, 7, 3))
     gm = torch.export.export(Model(), inputs).module()
-    gm.meta[OUTPUT_NAMES] = ["batched", "image0_boxes", "image1_scores", "plain"]
-    leaves = tensorize_outputs(gm, Settings()).graph_module.meta[OUTPUT_LEAVES]
+    update(gm, output_names=("batched", "image0_boxes", "image1_scores", "plain"))
+    leaves = list(record(tensorize_outputs(gm, Settings()).graph_module).output_leaves)
     assert [(leaf.get("detections", False), leaf.get("rows_dim")) for leaf in leaves] == [
         (True, 1), (True, 0), (True, 0), (False, None)
     ]
@@ -70,6 +71,6 @@ def test_after_two_nms_calls_rows_follow_the_last() -> None:
             return det_boxes[0], proposals
 
     gm = torch.export.export(Model(), (torch.rand(2, 7, 4), torch.rand(2, 7, 3))).module()
-    gm.meta[OUTPUT_NAMES] = ["boxes", "proposals"]
-    leaves = tensorize_outputs(gm, Settings()).graph_module.meta[OUTPUT_LEAVES]
+    update(gm, output_names=("boxes", "proposals"))
+    leaves = list(record(tensorize_outputs(gm, Settings()).graph_module).output_leaves)
     assert [leaf.get("rows_dim") for leaf in leaves] == [0, 1]

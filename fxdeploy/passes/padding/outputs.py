@@ -1,5 +1,5 @@
 """Padded rows returned as outputs: each distinct count becomes a hidden output that the host
-trims by (a ``TRIM`` record), and the padding is zeroed, for whoever reads the raw outputs (a
+trims by (a ``Trim`` in the graph record), and the padding is zeroed, for whoever reads the raw outputs (a
 Triton client)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 from fxdeploy.passes.padding.rows import PaddedRows
 from fxdeploy.passes.padding.rule import Rule
-from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
+from fxdeploy.passes.record import Trim, record, update
 
 aten = torch.ops.aten
 Node = torch.fx.Node
@@ -22,8 +22,9 @@ def _check(node: Node, rows: PaddedRows) -> str | None:
 
 def _replace(gm: torch.fx.GraphModule, output: Node, rows: PaddedRows) -> None:
     leaves = list(output.args[0])
-    names = list(gm.meta.get(OUTPUT_NAMES) or [f"output_{i}" for i in range(len(leaves))])
-    trim, counts = dict(gm.meta.get(TRIM, {})), {}
+    known = record(gm)
+    names = known.names_for(len(leaves))
+    trim, counts = dict(known.trim), {}
     call = gm.graph.call_function
     for number, (name, leaf) in enumerate(zip(names, leaves, strict=True)):
         expr = rows.rows(leaf)
@@ -36,11 +37,10 @@ def _replace(gm: torch.fx.GraphModule, output: Node, rows: PaddedRows) -> None:
             counts[expr] = (_unique(f"row_count_{len(counts)}", names), count)
         shape = [-1] + [1] * (leaf.meta["val"].dim() - 1)
         leaves[number] = call(aten.where.ScalarOther, (call(aten.view.default, (rows.valid(expr), shape)), leaf, 0))
-        trim[name] = {"dim": 0, "count": counts[expr][0]}
+        trim[name] = Trim(dim=0, count=counts[expr][0])
     output.args = (tuple(leaves) + tuple(node for _, node in counts.values()),)
-    gm.meta[OUTPUT_NAMES] = names + [name for name, _ in counts.values()]
-    gm.meta[HIDDEN] = list(gm.meta.get(HIDDEN, [])) + [name for name, _ in counts.values()]
-    gm.meta[TRIM] = trim
+    added = tuple(name for name, _ in counts.values())
+    update(gm, output_names=(*names, *added), hidden=(*known.hidden, *added), trim=trim)
 
 
 def _unique(name: str, taken: list[str]) -> str:

@@ -11,14 +11,14 @@ from fxdeploy.capture import capture
 from fxdeploy.passes import op_histogram, run_pipeline
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.pipelines import CLEANUP
-from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
+from fxdeploy.passes.record import record, update
 from fxdeploy.settings import Settings
 
 
 def captured(model: torch.nn.Module, *args: torch.Tensor) -> torch.fx.GraphModule:
     result = capture(model, args)
     gm = result.graph_module
-    gm.meta[OUTPUT_NAMES] = result.output_names
+    update(gm, output_names=tuple(result.output_names))
     gm, _ = run_pipeline(gm, CLEANUP, Settings())
     return gm
 
@@ -41,10 +41,10 @@ def padded(model: torch.nn.Module, *args: torch.Tensor) -> tuple[torch.fx.GraphM
 
 def trimmed(gm: torch.fx.GraphModule, *args: torch.Tensor) -> list[torch.Tensor]:
     """The user-visible outputs, each padded one cut at its count, as the host does."""
-    names = gm.meta[OUTPUT_NAMES]
+    names = list(record(gm).output_names)
     outputs = dict(zip(names, gm(*args), strict=True))
-    trim = gm.meta.get(TRIM, {})
-    visible = [n for n in names if n not in gm.meta.get(HIDDEN, [])]
+    trim = {name: t.to_dict() for name, t in record(gm).trim.items()}
+    visible = [n for n in names if n not in record(gm).hidden]
     return [
         outputs[n].narrow(trim[n]["dim"], 0, int(outputs[trim[n]["count"]])) if n in trim else outputs[n]
         for n in visible

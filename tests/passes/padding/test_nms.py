@@ -8,7 +8,7 @@ import torch
 from fxdeploy import ops
 from fxdeploy.passes import op_histogram
 from fxdeploy.passes.padding import CompactionError, pad_compactions
-from fxdeploy.passes.tensorize_outputs import HIDDEN, TRIM
+from fxdeploy.passes.record import record
 from fxdeploy.settings import Settings
 from tests.passes.padding.helpers import captured
 
@@ -51,8 +51,9 @@ def test_rewrite_histogram_numerics_and_trim_records() -> None:
     assert "fxdeploy.batched_nms.default" not in after
     indices = [n.args[1][0] for n in gm.graph.nodes if str(n.target) == "aten.index.Tensor"]
     assert all(i.meta["val"].dtype == torch.long for i in indices)  # gathers by kept index, no mask left
-    assert gm.meta[HIDDEN] == ["row_count_0"]
-    assert gm.meta[TRIM] == {name: {"dim": 0, "count": "row_count_0"} for name in ("boxes_out", "scores", "labels")}
+    assert record(gm).hidden == ("row_count_0",)
+    trims = {n: t.to_dict() for n, t in record(gm).trim.items()}
+    assert trims == {name: {"dim": 0, "count": "row_count_0"} for name in ("boxes_out", "scores", "labels")}
     for seed in range(3):  # the graph is static: other data gives other counts, same shapes
         boxes, logits = _inputs(seed=seed)
         want = FilterThenNMS()(boxes, logits)

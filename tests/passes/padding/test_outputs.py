@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fxdeploy.passes.tensorize_outputs import HIDDEN, OUTPUT_NAMES, TRIM
+from fxdeploy.passes.record import record
 from tests.passes.padding.helpers import assert_matches_eager, padded, rand
 
 
@@ -22,10 +22,10 @@ class PerImage(torch.nn.Module):
 def test_one_count_per_selection_hidden_and_trimmed() -> None:
     model = PerImage()
     gm, _, _ = padded(model, rand(2, 30, 3))
-    names = gm.meta[OUTPUT_NAMES]
-    assert gm.meta[HIDDEN] == ["row_count_0", "row_count_1"] and names[-2:] == gm.meta[HIDDEN]
+    names = list(record(gm).output_names)
+    assert record(gm).hidden == ("row_count_0", "row_count_1") and tuple(names[-2:]) == record(gm).hidden
     # both outputs of one image share its count
-    assert {n: r["count"] for n, r in gm.meta[TRIM].items()} == {
+    assert {n: r.count for n, r in record(gm).trim.items()} == {
         names[0]: "row_count_0", names[1]: "row_count_0", names[2]: "row_count_1", names[3]: "row_count_1",
     }
     raw = dict(zip(names, gm(rand(2, 30, 3, seed=4)), strict=True))

@@ -8,7 +8,7 @@ import torch
 from fxdeploy import ops
 from fxdeploy.passes import op_histogram
 from fxdeploy.passes.padding import CompactionError, pad_compactions
-from fxdeploy.passes.tensorize_outputs import OUTPUT_NAMES, TRIM
+from fxdeploy.passes.record import record
 from fxdeploy.settings import Settings
 from tests.passes.padding.helpers import captured
 
@@ -67,10 +67,10 @@ def _rows(n: int = 80, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
 
 def _trimmed(gm: torch.fx.GraphModule, *args: torch.Tensor) -> torch.Tensor:
     """Run the rewritten graph and cut the rows past the NMS count, as the host does."""
-    names = gm.meta[OUTPUT_NAMES]
+    names = list(record(gm).output_names)
     outputs = dict(zip(names, gm(*args), strict=True))
-    record = gm.meta[TRIM][names[0]]
-    return outputs[names[0]].narrow(record["dim"], 0, int(outputs[record["count"]].reshape(-1)[0]))
+    trim = record(gm).trim[names[0]]
+    return outputs[names[0]].narrow(trim.dim, 0, int(outputs[trim.count].reshape(-1)[0]))
 
 
 def _static_pipeline(model: torch.nn.Module, rows: torch.Tensor) -> torch.fx.GraphModule:
