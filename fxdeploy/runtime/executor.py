@@ -79,6 +79,7 @@ class Executor(abc.ABC):
         self.timings = TimingRecorder()
 
     def execute(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        self.check(feeds)
         start = time.perf_counter_ns()
         outputs = self.run(feeds)
         self.synchronize()
@@ -87,6 +88,8 @@ class Executor(abc.ABC):
 
     def execute_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
         """A per-image artifact's images of one call, results in order, timed as one call."""
+        for feeds in images:
+            self.check(feeds)
         start = time.perf_counter_ns()
         outputs = self.run_images(images) if len(images) > 1 else [self.run(feeds) for feeds in images]
         self.synchronize()
@@ -100,6 +103,10 @@ class Executor(abc.ABC):
     @property
     def stats(self) -> Stats:
         return self.timings.stats()
+
+    def check(self, feeds: dict[str, torch.Tensor]) -> None:  # noqa: B027 - an optional hook
+        """The engine's own input rules (a TensorRT profile's bounds), raising InputError. Called
+        before the timed region, so validation is never counted as inference time."""
 
     @abc.abstractmethod
     def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...

@@ -46,9 +46,11 @@ class TensorRTExecutor(Executor):
         self.stream = torch.cuda.Stream(self.device)
         self._in_flight: Any = None
 
-    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def check(self, feeds: dict[str, torch.Tensor]) -> None:
         for name in self.inputs:
             self._check_profile(name, tuple(feeds[name].shape))
+
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         with torch.cuda.stream(self.stream):
             device_inputs = {name: feeds[name].to(self.device, non_blocking=True) for name in self.inputs}
             for name, tensor in device_inputs.items():
