@@ -13,12 +13,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy import artifact
-from fxdeploy.artifact import dims, structure
-from fxdeploy.capture import guards
+from fxdeploy.artifact import structure
+from fxdeploy.artifact.signature import Signature
 from fxdeploy.errors import FxDeployError, InferenceError, InputError, first_line
 from fxdeploy.runtime.executor import Executor, Stats
-
-DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in artifact.DTYPE_NAMES}
 
 
 def _is_array(value: Any) -> bool:
@@ -60,23 +58,15 @@ class Deployed:
         self._build = structure.builder(manifest["output_tree"]) if out_spec is None else None
         self._template = dataclass_template
         self._unpacks = list(unpacks or [])
-        self._inputs = [(i["name"], DTYPES[i["dtype"]], i["shape"]) for i in manifest["inputs"]]
-        self._names = [name for name, _, _ in self._inputs]
-        self._dims = manifest["dims"]
-        self._guards = list(manifest.get("guards", []))
-        self._per_image = manifest.get("per_image")
-        if self._per_image is not None:  # the engine takes one image; a call takes a batch of them
-            batch = self._per_image["dim"]
-            self._inputs = [(name, dtype, [batch, *shape[1:]]) for name, dtype, shape in self._inputs]
-            self._dims = {**self._dims, batch: {"min": self._per_image["min"], "max": self._per_image["max"]}}
+        self._signature = Signature(manifest)
+        self._names = self._signature.names
+        self._per_image = self._signature.per_image
         self._captured_keywords = _keyword_names(manifest.get("input_tree"))
         self._leaves = manifest["output_leaves"]
         plain = all(leaf["kind"] == "tensor" and "trim" not in leaf for leaf in self._leaves)
         self._plain_leaves = [leaf["name"] for leaf in self._leaves] if plain else None
         self._lock = None if executor.thread_safe else threading.Lock()
-        self._accepted: tuple[torch.Size, ...] | None = None
-        """The input shapes of the last call that passed every check: the same shapes again need no
-        dim arithmetic, only the per-call facts (type, dtype, device, layout, grad, contiguity)."""
+
 
     @property
     def target(self) -> str:
@@ -117,11 +107,11 @@ class Deployed:
 
     def call_flat(self, flat: list[Any], *, unpack: bool = True) -> Any:
         """Inputs in manifest order; ``unpack=False`` stops before the substitutions' unpack."""
-        if len(flat) != len(self._inputs):
+        if len(flat) != len(self._names):
             raise InputError(
-                f"expected {len(self._inputs)} input(s) ({', '.join(self._names)}), got {len(flat)}"
+                f"expected {len(self._names)} input(s) ({', '.join(self._names)}), got {len(flat)}"
             )
-        feeds = self._feeds(flat)
+        feeds = self._signature.feeds(flat)
         if self._per_image is None:
             return self._rebuild(self._run(feeds), unpack=unpack)
         results = [self._rebuild(out, unpack=unpack) for out in self._run_images(_images(feeds))]
@@ -136,7 +126,7 @@ class Deployed:
             raise InputError(
                 f"execute() inputs: expected names {self._names}; missing {missing}, unknown {unknown}"
             )
-        checked = self._feeds([feeds[n] for n in self._names])
+        checked = self._signature.feeds([feeds[n] for n in self._names])
         if self._per_image is None:
             return self._run(checked)
         per_image = self._run_images(_images(checked))  # each output gains a batch dim
@@ -168,100 +158,13 @@ class Deployed:
                 "so that lower()'s checks run them, or give dynamic_shapes a range that leaves them out"
             ) from exc
 
-    def _feeds(self, values: list[Any]) -> dict[str, torch.Tensor]:
-        accepted = self._accepted
-        if accepted is not None:
-            feeds = _ready(self._inputs, accepted, values)
-            if feeds is not None:
-                return feeds
-        seen: dict[str, tuple[int, str]] = {}
-        feeds = {}
-        for (name, dtype, shape), value in zip(self._inputs, values, strict=True):
-            feeds[name] = self._check(name, dtype, shape, value, seen)
-        self._check_guards(feeds)
-        self._accepted = tuple(v.shape for v in feeds.values())
-        return feeds
-
-    def _check(
-        self, name: str, dtype: torch.dtype, shape: list[int | str], value: Any,
-        seen: dict[str, tuple[int, str]],
-    ) -> torch.Tensor:
-        if isinstance(value, np.ndarray):
-            value = _from_numpy(name, dtype, value)
-        if not isinstance(value, torch.Tensor):
-            raise InputError(f"input {name!r}: expected a tensor, got {type(value).__name__}")
-        if value.layout != torch.strided or value.is_meta:
-            kind = "meta" if value.is_meta else str(value.layout).removeprefix("torch.")
-            raise InputError(f"input {name!r}: expected a dense tensor with data, got a {kind} tensor")
-        if value.dtype != dtype:
-            raise InputError(f"input {name!r}: expected dtype {_dt(dtype)}, got {_dt(value.dtype)}")
-        if value.dim() != len(shape):
-            raise InputError(
-                f"input {name!r}: expected rank {len(shape)} (shape {_fmt(shape)}), "
-                f"got rank {value.dim()} (shape {tuple(value.shape)})"
-            )
-        for axis, (want, got) in enumerate(zip(shape, value.shape, strict=True)):
-            if isinstance(want, int):
-                if want != got:
-                    raise InputError(
-                        f"input {name!r}: dim {axis} must be {want} (shape {_fmt(shape)}), got {got}"
-                    )
-                continue
-            self._check_dim(name, axis, want, int(got), seen)
-        if value.device.type != "cpu":
-            value = value.cpu()
-        if value.requires_grad:
-            value = value.detach()
-        return value if value.is_contiguous() else value.contiguous()
-
     def restrict(self, dims_: dict[str, dict[str, int]], guards_: list[str]) -> None:
         """Narrow the accepted ranges of ``dims_`` and replace the guards, in the manifest too: for
-        lower(), when a range it gave back fails its check (fxdeploy.api._narrow_again)."""
+        lower(), when a range it gave back fails its check (fxdeploy.parity.lower_check)."""
         for name, bounds in dims_.items():
-            self.manifest["dims"][name] = self._dims[name] = bounds
-        self.manifest["guards"] = self._guards = list(guards_)
-        self._accepted = None
-
-    def _check_guards(self, feeds: dict[str, torch.Tensor]) -> None:
-        """torch.export's guards on the input sizes (fxdeploy.capture.guards); a per-image
-        artifact's graph saw one image, so its guards read a batch of 1."""
-        if not self._guards:
-            return
-        one = self._per_image is not None
-        shapes = {name: ((1, *v.shape[1:]) if one else tuple(v.shape)) for name, v in feeds.items()}
-        broken = guards.violated(self._guards, shapes)
-        if broken is not None:
-            given = ", ".join(f"{name} {list(v.shape)}" for name, v in feeds.items())
-            raise InputError(
-                f"inputs {given}: the artifact holds only where {broken} (a guard torch.export made where the "
-                "model's code branches on its input sizes, recorded in the manifest as 'guards'); give inputs "
-                "for which it is true, or lower again with an example of these sizes"
-            )
-
-    def _check_dim(
-        self, name: str, axis: int, dim: str, got: int, seen: dict[str, tuple[int, str]]
-    ) -> None:
-        """``dim`` is a root dim (``h``) or one derived from it (``32*h``); the root is checked."""
-        root, value = dim, got
-        if not dim.isidentifier():
-            root = dims.parse(dim)[1]
-            value = dims.root_value(dim, got)
-            if value is None:
-                raise InputError(f"input {name!r}: dim {axis} must be {dim} for an integer {root}, got {got}")
-        label = dim if root == dim else f"{dim}, so {root} = {value}"
-        bounds = self._dims.get(root)
-        if bounds is not None and not bounds["min"] <= value <= bounds["max"]:
-            span = f"[{bounds['min']}, {bounds['max']}]"
-            raise InputError(
-                f"input {name!r}: dim {axis} ({dim}) must be in {span}, got {got}" if root == dim
-                else f"input {name!r}: dim {axis} ({dim}) is {got}, so {root} = {value}; {root} must be in {span}"
-            )
-        if root in seen and seen[root][0] != value:
-            raise InputError(
-                f"input {name!r}: dim {axis} ({label}) is {got}, but input {seen[root][1]!r} has "
-                f"{root} = {seen[root][0]}; they must be equal"
-            )
-        seen[root] = (value, name)
+            self.manifest["dims"][name] = bounds
+        self.manifest["guards"] = list(guards_)
+        self._signature.restrict(dims_, guards_)
 
     def _rebuild(self, outputs: dict[str, torch.Tensor], *, unpack: bool = True) -> Any:
         if self._plain_leaves is not None:  # every leaf a plain engine output: no per-leaf decisions
@@ -296,7 +199,7 @@ class Deployed:
         return leaves
 
     def __repr__(self) -> str:
-        inputs = ", ".join(f"{n}: {_dt(d)}{_fmt(s)}" for n, d, s in self._inputs)
+        inputs = self._signature.describe()
         return f"Deployed(target={self.target!r}, inputs=[{inputs}], outputs={self.output_names})"
 
 
@@ -304,45 +207,3 @@ def _images(feeds: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
     """A per-image artifact's feeds, one image at a time (views; contiguous, as the batch is)."""
     count = next(iter(feeds.values())).shape[0]
     return [{name: value[i : i + 1] for name, value in feeds.items()} for i in range(count)]
-
-
-def _ready(
-    inputs: list[tuple[str, torch.dtype, list[int | str]]], shapes: tuple[torch.Size, ...], values: list[Any]
-) -> dict[str, torch.Tensor] | None:
-    """The feeds when every value is a dense CPU tensor the engine can take as it is, with the
-    expected dtype and an accepted shape; otherwise None, and ``_check`` decides (and explains)."""
-    feeds = {}
-    for (name, dtype, _), shape, value in zip(inputs, shapes, values, strict=True):
-        if not (
-            type(value) is torch.Tensor and value.dtype is dtype and value.shape == shape
-            and value.is_cpu and value.layout is torch.strided
-            and not value.requires_grad and value.is_contiguous()
-        ):
-            return None
-        feeds[name] = value
-    return feeds
-
-
-def _from_numpy(name: str, dtype: torch.dtype, array: np.ndarray) -> torch.Tensor:
-    """torch shares only native-endian numeric arrays: others are the caller's dtype error.
-
-    A copy is made where torch could not share the buffer as it is (non-contiguous, read-only);
-    np.ascontiguousarray is avoided because it turns a 0-d array into a 1-d one.
-    """
-    if not (array.flags.c_contiguous and array.flags.writeable):
-        array = array.copy(order="C")
-    try:
-        return torch.from_numpy(array)
-    except (TypeError, ValueError):
-        raise InputError(
-            f"input {name!r}: expected dtype {_dt(dtype)}, got a numpy array of dtype "
-            f"{array.dtype.str!r}, which torch cannot read"
-        ) from None
-
-
-def _dt(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _fmt(shape: list[int | str]) -> str:
-    return "[" + ", ".join(str(s) for s in shape) + "]"

@@ -82,7 +82,7 @@ def test_checks_still_run_after_a_good_call_with_the_same_shape(deployed) -> Non
     model, _ = models.convnet()
     good = torch.randn(2, 3, 64, 64)
     deployed(good)
-    assert deployed._accepted == (good.shape,)
+    assert deployed._signature.accepted == (good.shape,)
     with pytest.raises(fxdeploy.InputError, match="expected dtype float32, got float64"):
         deployed(good.double())
     with pytest.raises(fxdeploy.InputError, match="expected a dense tensor with data, got a meta tensor"):

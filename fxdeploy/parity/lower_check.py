@@ -1,0 +1,131 @@
+"""lower()'s own check of the artifact it built: the artifact against the model the user gave, at
+the example, min, opt and max shapes (``parity.verify`` runs and compares them). Where a range
+that capture gave back fails at its min, the narrowing torch.export wanted is taken back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fxdeploy.artifact import dims, structure
+from fxdeploy.capture import Captured, eval_mode, fixes, substitution
+from fxdeploy.deployed import Deployed
+from fxdeploy.errors import InferenceError, LoweringError, first_line
+from fxdeploy.parity import verify
+from fxdeploy.settings import Settings
+
+
+def check_artifact(
+    deployed: Deployed, gm: torch.fx.GraphModule, captured: Captured, model: torch.nn.Module,
+    subs: list[substitution.Substitution], settings: Settings,
+) -> list[dict[str, Any]]:
+    """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.parity.verify)."""
+    leaves = deployed.manifest["output_leaves"]
+    example_want = None
+    if captured.substitutions and settings.precision == "fp32":  # the references below run them too
+        example = captured.batch_inputs if captured.per_image is not None else captured.example_inputs
+        verify.against_original(deployed, model, pytree.tree_unflatten(example, captured.in_spec),
+                                captured.substitutions, settings.atol)
+    if captured.per_image is not None:
+        return _verify_per_image(deployed, captured, model, subs, settings, leaves)
+    if captured.mode == "strict" and captured.substitutions:
+        # dynamo-only function substitutions: eager cannot apply them, so the reference is the
+        # captured graph run by PyTorch, compared with the raw engine outputs.
+        def eager_fn(inputs: list[torch.Tensor]) -> Any:
+            return tuple(gm(*inputs))
+
+        def deployed_fn(inputs: list[torch.Tensor]) -> Any:
+            out = deployed.execute(dict(zip(deployed.input_names, inputs, strict=True)))
+            return tuple(out[name] for name in deployed.output_names)
+
+        flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "constant"]
+    else:
+        eager_fn = _eager_call(model, captured, subs)
+
+        def deployed_fn(inputs: list[torch.Tensor]) -> Any:
+            return deployed.call_flat(inputs, unpack=False)
+
+        flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "hidden"]
+        example_want = captured.eager_outputs  # capture ran eager with the same substitutions
+    def run_checks() -> list[dict[str, Any]]:
+        return verify.run_checks(
+            deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
+            deployed_fn, eager_fn, settings.atol, flags, settings.precision, example_want,
+            captured.input_names, captured.guards,
+        )
+
+    try:
+        return run_checks()
+    except (LoweringError, InferenceError) as exc:
+        if captured.pending is None:
+            raise
+        _narrow_again(deployed, captured, exc)  # the declared min does not hold: narrow as torch.export did
+        return run_checks()
+
+
+def _narrow_again(deployed: Deployed, captured: Captured, failure: Exception) -> None:
+    """Take back the ranges and guards that capture gave back (``Captured.pending``), in the
+    capture, the manifest and the Deployed, and say so as torch.export's narrowing is said."""
+    pending = captured.pending
+    captured.dims.update(pending.dims)
+    captured.guards = [*captured.guards, *pending.guards]
+    lines = [
+        f"dim {name!r} narrowed by torch.export to [{r.min}, {r.max}] (its 0/1 specialization); at the declared "
+        f"min the artifact failed lower()'s check ({first_line(failure)}), so it refuses sizes below {r.min}"
+        for name, r in pending.dims.items()
+    ]
+    fixes.warn(lines)
+    deployed.restrict({name: r.to_dict() for name, r in pending.dims.items()}, captured.guards)
+    deployed.manifest["info"]["dim_changes"] = [*deployed.manifest["info"].get("dim_changes", []), *lines]
+    captured.pending = None
+
+
+def _eager_call(
+    model: torch.nn.Module, captured: Captured, subs: list[substitution.Substitution]
+) -> Callable[[list[torch.Tensor]], Any]:
+    """The model itself on flat inputs, as capture ran it (eval mode, method substitutions)."""
+
+    def eager_fn(inputs: list[torch.Tensor]) -> Any:
+        args, kwargs = pytree.tree_unflatten(inputs, captured.in_spec)
+        with eval_mode(model), substitution.on_instances(model, subs):
+            return model(*args, **kwargs)
+
+    return eager_fn
+
+
+def _verify_per_image(
+    deployed: Deployed, captured: Captured, model: torch.nn.Module, subs: list[substitution.Substitution],
+    settings: Settings, leaves: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A per-image capture is checked as the user calls it: whole batches at the batch's min, opt
+    and max. The reference is the model run eagerly on each image alone, joined as eager joins
+    them: the artifact runs image by image, and eager's own float noise between batch sizes
+    (another convolution kernel at batch 8) can move a box across an NMS threshold."""
+    info = captured.per_image
+    batch = dims.DimRange(info["dim"], info["min"], info["max"], min(max(info["opt"], info["min"]), info["max"]))
+    shapes = [[info["dim"], *x.shape[1:]] for x in captured.batch_inputs]
+    eager_fn = _eager_call(model, captured, subs)
+    flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "hidden"]
+    checks = []
+    for label, sizes in verify.check_sizes({batch.name: batch}):
+        inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
+        with torch.no_grad():
+            images = [eager_fn([x[i : i + 1] for x in inputs]) for i in range(inputs[0].shape[0])]
+        want = structure.join_images(images, info["join"])
+        # per-image leaves repeat once per image in a list over the images
+        tiled = flags * inputs[0].shape[0] if info["join"]["kind"] == "concat" else None
+        got = deployed.call_flat(inputs, unpack=False)
+        error = verify.compare(label, inputs, got, want, settings.atol, deployed.target, tiled, settings.precision)
+        checks.append({"label": label, "shapes": [list(x.shape) for x in inputs], "max_abs_error": error})
+    return checks
+
+
+def _detection_flag(leaf: dict[str, Any]) -> bool | int:
+    """verify's per-leaf flag: False, or the leaf's detection-rows dim (True where none is recorded)."""
+    if not leaf.get("detections"):
+        return False
+    return leaf.get("rows_dim", True)
