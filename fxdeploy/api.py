@@ -13,6 +13,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy import artifact
 from fxdeploy.artifact import dims, structure
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.capture import Captured, capture, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import (
@@ -138,7 +139,7 @@ def _lower(chosen: Target, job: LoweringJob) -> Lowered:
 def _manifest(
     chosen: Target, captured: Captured, gm: torch.fx.GraphModule, leaves: list[dict[str, Any]],
     tensor_names: list[str], settings: Settings, files: list[str], info: dict[str, Any],
-) -> dict[str, Any]:
+) -> Manifest:
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     values = [n.meta.get("val") for n in output_node.args[0]]
     outputs = [
@@ -191,7 +192,7 @@ def _shape(value: Any, names: dict[str, str]) -> list[int | str]:
     return [dims.expression(size, names) if isinstance(size, torch.SymInt) else int(size) for size in value.shape]
 
 
-def _target_of(root: Path, manifest: dict[str, Any]) -> Target:
+def _target_of(root: Path, manifest: Manifest) -> Target:
     """The artifact's target; where it is missing, the distribution that provided it when lowering."""
     try:
         return get_target(manifest["target"])

@@ -14,6 +14,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy import artifact
 from fxdeploy.artifact import structure
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.artifact.signature import Signature
 from fxdeploy.errors import FxDeployError, InferenceError, InputError, first_line
 from fxdeploy.runtime.executor import Executor, Stats
@@ -38,7 +39,7 @@ class Deployed:
     def __init__(
         self,
         executor: Executor,
-        manifest: dict[str, Any],
+        manifest: Manifest,
         directory: Path,
         *,
         keepalive: Any = None,

@@ -1,5 +1,6 @@
 """Artifacts: what is on disk and what it promises.
 
+- ``manifest``: the manifest's typed schema, its one version, and its validation.
 - ``store``: save a directory of data files plus ``manifest.json`` atomically; read one back as
   data only, hashes and schema checked (``read_manifest``).
 - ``dims`` and ``structure``: the artifact's signature, its named dynamic dims and the input and
@@ -8,17 +9,10 @@
   data, one configured ``ncnn.Net``, quiet TorchScript), shared by lowering and the runtime.
 """
 
-from fxdeploy.artifact.store import (
-    DTYPE_NAMES,
-    MANIFEST,
-    MAX_MANIFEST_BYTES,
-    SCHEMA_VERSION,
-    read_manifest,
-    save,
-    sha256,
-    validate,
-)
+from fxdeploy.artifact.manifest import DTYPE_NAMES, MANIFEST, MAX_MANIFEST_BYTES, SCHEMA_VERSION, Manifest, validate
+from fxdeploy.artifact.store import read_manifest, save, sha256
 
 __all__ = [
-    "DTYPE_NAMES", "MANIFEST", "MAX_MANIFEST_BYTES", "SCHEMA_VERSION", "read_manifest", "save", "sha256", "validate",
+    "DTYPE_NAMES", "MANIFEST", "MAX_MANIFEST_BYTES", "SCHEMA_VERSION", "Manifest", "read_manifest", "save", "sha256",
+    "validate",
 ]

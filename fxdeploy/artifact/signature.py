@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from fxdeploy.artifact import dims
-from fxdeploy.artifact.store import DTYPE_NAMES
+from fxdeploy.artifact.manifest import DTYPE_NAMES
 from fxdeploy.capture import guards
 from fxdeploy.errors import InputError
 

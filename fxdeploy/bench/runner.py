@@ -68,14 +68,7 @@ def run_benchmark(
     if unknown:
         raise ValueError(f"unknown target(s) {unknown}; registered: {sorted(statuses)}")
     settings = dataclasses.replace(settings or Settings(), threads=threads)
-    builders: list[tuple[str, str, Builder]] = [("eager", "eager", lambda c, r: rows.eager_row(c))]
-    if inductor:
-        builders.append(("inductor", "inductor", lambda c, r: rows.inductor_row(c)))
-    if peers:
-        builders += [("peer:onnx-export+ort", "peer", peer_rows.ort_peer_row),
-                     ("peer:openvino-compile", "peer", lambda c, r: peer_rows.openvino_peer_row(c)),
-                     ("peer:pnnx+ncnn", "peer", ncnn_peer.ncnn_peer_row)]
-    builders += [(f"fxdeploy:{n}", "fxdeploy", lambda c, r, n=n: rows.fxdeploy_row(c, statuses[n])) for n in names]
+    builders = _builders(inductor, peers, names, statuses)
     bar = Progress(len(builders) * 2 + rounds, enabled=progress)
     with pinned_threads(threads), eval_mode(model), tempfile.TemporaryDirectory(prefix="fxdeploy-bench-") as work:
         ctx = BenchContext(model, args, threads, settings, Path(work), model_spec, substitutions)
@@ -92,11 +85,34 @@ def run_benchmark(
             _row_json(row, parity, samples.get(row.name), failures.get(row.name), batch_size, ends.get(row.name))
             for row, parity in built
         ]
+    return _document(model_name or type(model).__name__, batch_size, args, threads, budget, documents)
+
+
+def _builders(
+    inductor: bool, peers: bool, names: list[str], statuses: dict[str, Any],
+) -> list[tuple[str, str, Builder]]:
+    """The rows to build, in order: eager, inductor, the peers, then one per fxdeploy target in
+    ``names`` (``statuses``: every registered target's status)."""
+    builders: list[tuple[str, str, Builder]] = [("eager", "eager", lambda c, r: rows.eager_row(c))]
+    if inductor:
+        builders.append(("inductor", "inductor", lambda c, r: rows.inductor_row(c)))
+    if peers:
+        builders += [("peer:onnx-export+ort", "peer", peer_rows.ort_peer_row),
+                     ("peer:openvino-compile", "peer", lambda c, r: peer_rows.openvino_peer_row(c)),
+                     ("peer:pnnx+ncnn", "peer", ncnn_peer.ncnn_peer_row)]
+    builders += [(f"fxdeploy:{n}", "fxdeploy", lambda c, r, n=n: rows.fxdeploy_row(c, statuses[n])) for n in names]
+    return builders
+
+
+def _document(
+    model: str, batch: int, args: tuple[Any, ...], threads: int, budget: Budget, documents: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The benchmark's JSON document: the run's model, inputs, machine and budget, and its rows."""
     return {
         "schema_version": SCHEMA_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model": model_name or type(model).__name__,
-        "batch": batch_size,
+        "model": model,
+        "batch": batch,
         "input_shapes": [list(x.shape) for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)],
         "machine": machine_info(threads),
         "budget": budget.as_dict(),

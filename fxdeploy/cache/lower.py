@@ -22,6 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact import structure
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.cache.fingerprint import UncacheableError
 from fxdeploy.cache.store import DEFAULT_MAX_BYTES, ArtifactCache, read_structure
 from fxdeploy.capture import substitution
@@ -82,7 +83,7 @@ def cached_lower(
 
 def load_artifact(
     path: Path,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     *,
     out_spec: pytree.TreeSpec | None = None,
     dataclass_template: Any = None,
@@ -111,7 +112,7 @@ def in_process_loader(
 ) -> Loader:
     """A loader that gives the hit the same output types as an uncached ``lower()``."""
 
-    def load(path: Path, manifest: dict[str, Any]) -> Deployed:
+    def load(path: Path, manifest: Manifest) -> Deployed:
         out_spec, template = _stored_structure(path), None
         if out_spec is None:
             out_spec, template = eager_structure(model, args, kwargs, substitutions)

@@ -1,6 +1,11 @@
-"""Capture: a model and its example inputs become one flat GraphModule (``core``), with the
-failures explained (``errors``) and, for models that loop over the batch in Python, one image
-captured and the batch run image by image (``per_image``)."""
+"""Capture: a model and its example inputs become one flat GraphModule (``core``).
+
+- ``exporting``: the torch.export call itself, quiet, with the model's state restored;
+- ``flat_io``: input names, symbolic sizes and their ranges, and the output structure kept;
+- ``substitution``: scoped trace-time replacements, the built-in ones included;
+- ``fixes`` and ``guards``: dim ranges torch.export narrows, and its guards kept as size arithmetic;
+- ``errors``: capture failures explained; ``per_image``: models that loop over the batch in
+  Python are captured on one image and run image by image."""
 
 from fxdeploy.capture.core import Captured, capture, eval_mode
 

@@ -21,7 +21,10 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
     factory = getattr(module, name, None)
     if factory is None:
         raise ValueError(f"{spec.rpartition(':')[0]} has no factory named {name!r}")
-    result = factory()
+    try:
+        result = factory()
+    except Exception as exc:  # noqa: BLE001 - the user's code: say where it failed, keep the cause
+        raise ValueError(f"model spec {spec!r}: the factory raised {type(exc).__name__}: {exc}") from exc
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
         raise TypeError(f"factory {spec} must return (model, example_inputs), got {type(result).__name__}")
     model, inputs = result
@@ -56,9 +59,25 @@ def _import(spec: str) -> tuple[Any, str]:
         sys.modules[module_name] = module
         try:
             module_spec.loader.exec_module(module)
-        except BaseException:
+        except BaseException as exc:
             del sys.modules[module_name]  # a fixed file is imported again, not served half-run
+            if isinstance(exc, Exception):
+                raise _import_failed(spec, exc, folder) from exc
             raise
     else:
-        module = importlib.import_module(location)
+        try:
+            module = importlib.import_module(location)
+        except Exception as exc:  # noqa: BLE001 - the user's code: say where it failed, keep the cause
+            raise _import_failed(spec, exc, None) from exc
     return module, name
+
+
+def _import_failed(spec: str, exc: Exception, folder: str | None) -> ValueError:
+    message = f"model spec {spec!r}: importing it failed with {type(exc).__name__}: {exc}"
+    if isinstance(exc, ModuleNotFoundError) and folder is not None:
+        message += (
+            f". The file's folder ({folder}) is on sys.path, but not its parents: for a file inside a "
+            "package, run `python -m fxdeploy` from the package's root and name the model as "
+            "package.module:factory"
+        )
+    return ValueError(message)

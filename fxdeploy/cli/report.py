@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.deployed import Deployed
 from fxdeploy.partition import Engine, Host, Plan, Stage
 
@@ -59,7 +60,7 @@ def _passes(report: Any) -> list[str]:
     return rows
 
 
-def _host_stages(manifest: dict[str, Any]) -> list[str]:
+def _host_stages(manifest: Manifest) -> list[str]:
     """The ncnn plan as the runtime runs it: each stage in order, and for a host stage each op it
     runs and why the cut put it on the host rather than in the engine."""
     if "ncnn" not in manifest["info"]:

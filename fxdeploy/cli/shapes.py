@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from fxdeploy.artifact.dims import size_of
+from fxdeploy.artifact.manifest import Manifest
 
 
 def parse_dynamic(items: Sequence[str]) -> dict[str, dict[int, Any]] | None:
@@ -56,7 +57,7 @@ def parse_shapes(items: Sequence[str], model: Any, inputs: tuple[Any, ...]) -> d
     return shapes
 
 
-def random_inputs(manifest: dict[str, Any]) -> dict[str, torch.Tensor]:
+def random_inputs(manifest: Manifest) -> dict[str, torch.Tensor]:
     """Inputs that fit the manifest: each dynamic dim at its opt value."""
     from fxdeploy.deployed import DTYPES
 

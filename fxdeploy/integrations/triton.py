@@ -25,10 +25,10 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from fxdeploy import artifact
 from fxdeploy.artifact import store
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.errors import ArtifactError, FxDeployError
 from fxdeploy.integrations.triton_config import layout, triton_config
 
@@ -111,7 +111,7 @@ def _format(target: str, files: dict[str, str]) -> dict[str, str]:
     )
 
 
-def _io_names(manifest: dict[str, Any]) -> dict[str, str]:
+def _io_names(manifest: Manifest) -> dict[str, str]:
     """Manifest name → Triton name; only the libtorch backend needs other names than ours."""
     inputs = [spec["name"] for spec in manifest["inputs"]]
     outputs = [spec["name"] for spec in manifest["outputs"]]
@@ -120,7 +120,7 @@ def _io_names(manifest: dict[str, Any]) -> dict[str, str]:
     return {**{n: f"INPUT__{i}" for i, n in enumerate(inputs)}, **{n: f"OUTPUT__{i}" for i, n in enumerate(outputs)}}
 
 
-def _model_files(manifest: dict[str, Any], main: str) -> dict[str, str]:
+def _model_files(manifest: Manifest, main: str) -> dict[str, str]:
     """The files Triton loads, with the sha256 the manifest records for each."""
     files: dict[str, str] = manifest["files"]
     if main not in files:

@@ -100,6 +100,8 @@ def greedy_keep(
     boxes [G, L, 4] (corners the IoU is taken on), valid [G, L] (a prefix per group).
     Returns keep [G, L]. At most ``max_keep`` boxes are kept per group: the greedy stops there.
     With ``labels`` [G, L], only boxes with equal labels suppress each other (batched_nms).
+    It stays one function (over the 60-line rule) so that the block loop reads as one algorithm:
+    each block updates the kept boxes, areas, labels and counts that the next block tests against.
     """
     groups, length = valid.shape[0], valid.shape[1]
     keep = torch.zeros_like(valid)

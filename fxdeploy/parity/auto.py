@@ -55,17 +55,12 @@ def lower_auto(
     settings = settings or Settings()
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     tol = tolerances or Tolerances(atol=settings.atol)
-    statuses = all_statuses()
-    names = list(candidates) if candidates is not None else list(statuses)
-    unknown = [n for n in names if n not in statuses]
-    if unknown:
-        raise ValueError(f"unknown target(s) {unknown}; registered: {sorted(statuses)}")
+    names, statuses = _candidates(candidates)
     reference = reference_outputs(model, args, kwargs)
     table: dict[str, dict[str, Any]] = {}
     passing: dict[str, tuple[Deployed, list[Any]]] = {}
     for name in names:
-        entry = table[name] = {"target": name, "status": "unavailable", "parity_error": None,
-                               "median_ms": None, "p90_ms": None, "cv": None, "reason": statuses[name].reason}
+        entry = table[name] = _entry(name, statuses[name].reason)
         if not statuses[name].available:
             continue
         try:
@@ -77,14 +72,9 @@ def lower_auto(
             continue
         if transform and name in transform:
             got = transform[name](got)
-        results = compare_outputs(reference, got, tol)
-        entry["parity_error"] = _finite(max_abs_error(results))
-        bad = [f"{r.name}: {r.detail}" for r in results if not r.ok]
-        if bad:
-            entry.update(status="parity_failed", reason="; ".join(bad)[:1000])
-            continue
-        entry.update(status="ok", reason=None)
-        passing[name] = (deployed, results)
+        results = _parity(entry, reference, got, tol)
+        if results is not None:
+            passing[name] = (deployed, results)
     if not passing:
         summary = "; ".join(f"{n}: {e['status']} ({e['reason']})" for n, e in table.items())
         raise LoweringError(f"target='auto': no target lowered this model and matched eager PyTorch: {summary}")
@@ -92,12 +82,49 @@ def lower_auto(
     chosen, why = _pick(passing, table, args, kwargs or {}, budget, settings.threads)
     deployed, results = passing[chosen]
     deployed.executor.timings.reset()
+    _record(deployed, chosen, why, budget, table, results)
+    logger.info("target='auto' chose %s: %s", chosen, why)
+    return deployed
+
+
+def _candidates(candidates: Sequence[str] | None) -> tuple[list[str], dict[str, Any]]:
+    """The targets to try (``candidates``, by default every registered target), and every
+    registered target's status."""
+    statuses = all_statuses()
+    names = list(candidates) if candidates is not None else list(statuses)
+    unknown = [n for n in names if n not in statuses]
+    if unknown:
+        raise ValueError(f"unknown target(s) {unknown}; registered: {sorted(statuses)}")
+    return names, statuses
+
+
+def _entry(name: str, reason: str | None) -> dict[str, Any]:
+    """A candidate's row of the decision table before it is tried: unavailable, for ``reason``."""
+    return {"target": name, "status": "unavailable", "parity_error": None,
+            "median_ms": None, "p90_ms": None, "cv": None, "reason": reason}
+
+
+def _parity(entry: dict[str, Any], reference: Any, got: Any, tol: Tolerances) -> list[Any] | None:
+    """Compare a candidate's outputs with eager's and record it in its table ``entry``: the
+    comparison results if every output matched, else None (the candidate is dropped)."""
+    results = compare_outputs(reference, got, tol)
+    entry["parity_error"] = _finite(max_abs_error(results))
+    bad = [f"{r.name}: {r.detail}" for r in results if not r.ok]
+    if bad:
+        entry.update(status="parity_failed", reason="; ".join(bad)[:1000])
+        return None
+    entry.update(status="ok", reason=None)
+    return results
+
+
+def _record(
+    deployed: Deployed, chosen: str, why: str, budget: Budget, table: dict[str, dict[str, Any]], results: list[Any],
+) -> None:
+    """The decision table and the chosen target's parity go into the manifest's ``info["auto"]``."""
     deployed.manifest["info"]["auto"] = {
         "chosen": chosen, "why": why, "budget": budget.as_dict(), "candidates": list(table.values()),
         "parity": {r.name: _finite(r.max_abs) for r in results},
     }
-    logger.info("target='auto' chose %s: %s", chosen, why)
-    return deployed
 
 
 def _pick(

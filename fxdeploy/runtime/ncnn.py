@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from fxdeploy.artifact.jit_warnings import quiet_jit
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.artifact.ncnn_net import configure as configure_options
 from fxdeploy.artifact.ncnn_net import load_net
 from fxdeploy.errors import ArtifactError
@@ -31,7 +32,7 @@ class NcnnExecutor(Executor):
 
     thread_safe = True
 
-    def __init__(self, directory: Path, manifest: dict[str, Any], settings: Settings) -> None:
+    def __init__(self, directory: Path, manifest: Manifest, settings: Settings) -> None:
         import ncnn
 
         super().__init__()

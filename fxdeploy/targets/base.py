@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.errors import TargetUnavailableError
 from fxdeploy.passes.base import Pass
 from fxdeploy.runtime.executor import Executor
@@ -43,7 +44,7 @@ class Target:
     name: str
     pipeline: Sequence[Pass]
     lower: Callable[[LoweringJob], Lowered]
-    load: Callable[[Path, dict[str, Any], Settings], Executor]
+    load: Callable[[Path, Manifest, Settings], Executor]
     version: Callable[[], str | None]
     install_hint: str
     unavailable_reason: Callable[[], str | None] | None = None

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-from typing import Any
 
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -29,7 +29,7 @@ def lower(job: LoweringJob) -> Lowered:
     return Lowered(files, {"ncnn": blobs, "pnnx_version": _dist_version("pnnx")})
 
 
-def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
+def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     from fxdeploy.runtime.ncnn import NcnnExecutor
 
     return NcnnExecutor(directory, manifest, settings)

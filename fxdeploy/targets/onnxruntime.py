@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -38,7 +38,7 @@ def lower_onnx(job: LoweringJob, *, flavour: str = "standard", opset: int = OPSE
     return Lowered(files, {"onnx_opset": opset, "onnx_ir_version": program.model.ir_version})
 
 
-def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
+def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     from fxdeploy.runtime.onnxruntime import OrtExecutor
 
     names = [o["name"] for o in manifest["outputs"]]

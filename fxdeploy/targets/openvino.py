@@ -8,8 +8,8 @@ threshold, one float32 step higher for OpenVINO, whose NMS suppresses at IoU == 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -22,7 +22,7 @@ def lower(job: LoweringJob) -> Lowered:
     return lower_onnx(job, flavour="openvino")
 
 
-def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
+def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     from fxdeploy.runtime.openvino import OpenVinoExecutor
 
     names = [o["name"] for o in manifest["outputs"]]

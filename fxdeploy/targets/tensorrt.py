@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -44,7 +44,7 @@ def lower(job: LoweringJob) -> Lowered:
     return Lowered([*onnx.files, PLAN], {**onnx.info, **info})
 
 
-def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
+def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     from fxdeploy.runtime.tensorrt import TensorRTExecutor
 
     names = [o["name"] for o in manifest["outputs"]]

@@ -7,10 +7,10 @@ and no fxdeploy op or Python object is pickled into it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -29,7 +29,7 @@ def lower_torchscript(job: LoweringJob) -> Lowered:
     return Lowered([MODEL_FILE], {"torchscript": "scripted"})
 
 
-def load(directory: Path, manifest: dict[str, Any], settings: Settings) -> Executor:
+def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     from fxdeploy.runtime.torchscript import TorchScriptExecutor
 
     names = [o["name"] for o in manifest["outputs"]]

@@ -1,0 +1,164 @@
+"""One torch.export of a model, in the capture mode asked for.
+
+"auto" runs non-strict torch.export with the substitutions applied and, if a substituted
+*function* was called (or non-strict failed), exports again in strict mode (dynamo), where
+function substitutions apply as scoped polyfills. Where Python branches on a data-dependent
+size, the export runs once more with the example's real values deciding the branch. Every
+export runs with the model's state given back afterwards (``module_state``) and torch's own
+failure output held back (``_quiet``): the CaptureError says what broke.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fxdeploy.capture import substitution
+from fxdeploy.capture.errors import explain
+from fxdeploy.errors import CaptureError
+
+logger = logging.getLogger(__name__)
+
+
+def export(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    shapes: Any,
+    subs: list[substitution.Substitution],
+    mode: str,
+    real_values: bool = False,
+) -> tuple[torch.export.ExportedProgram, str, list[str]]:
+    """Export in ``mode``; ``real_values``: let the example decide size branches from the start.
+    Returns the program, the mode that captured it and the substitutions applied. A CaptureError
+    says how far it got (``strict``, ``real_values``), so that a retry on one image starts there."""
+    functions = [s for s in subs if not s.is_method]
+    if mode in ("auto", "non_strict"):
+        watch = None
+        try:
+            with substitution.on_instances(model, subs) as applied, substitution.watch_calls(
+                functions
+            ) as watch:
+                ep = _decided_by_example(model, args, kwargs, shapes, strict=False, real_values=real_values)
+            if not watch.hits:
+                return ep, "non_strict", applied
+            logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
+        except Exception as exc:  # noqa: BLE001 - re-raised with an explanation, or retried strict
+            fixed_dim = "Constraints violated" in str(exc) and not (watch and watch.hits)  # strict fixes no dim
+            if mode == "non_strict" or fixed_dim:
+                error = CaptureError(explain(exc, model, subs))
+                error.strict, error.real_values = False, real_values or getattr(exc, "real_values", False)
+                raise error from exc
+            logger.info("non-strict capture failed (%s); trying strict mode", type(exc).__name__)
+    try:
+        with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns:
+            ep = _decided_by_example(model, args, kwargs, shapes, strict=True, real_values=real_values)
+    except Exception as exc:  # noqa: BLE001
+        error = CaptureError(explain(exc, model, subs))
+        error.strict, error.real_values = True, real_values or getattr(exc, "real_values", False)
+        raise error from exc
+    return ep, "strict", applied + fns
+
+
+def _decided_by_example(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any, strict: bool,
+    real_values: bool = False,
+) -> torch.export.ExportedProgram:
+    """torch.export; where Python branches on a data-dependent size (Ultralytics'
+    ``if not x.shape[0]: continue`` after a score filter, torchvision's ``if box_sum > 0`` over
+    the proposals an NMS kept), once more with the example's real values deciding each such branch.
+
+    torch records the branch taken as a runtime assert on the size (``Ne(u0, 0)``). The masking
+    passes then keep that size at its static bound, and ``lower()`` checks the artifact against the
+    model run eagerly, so a branch that matters shows as a mismatch there."""
+    first: Exception | None = None
+    if not real_values:
+        with module_state(model), _quiet():
+            try:
+                return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
+            except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
+                text = f"{type(exc).__name__} {exc}"
+                if "GuardOnDataDependentSymNode" not in text and "Could not guard on data-dependent" not in text:
+                    raise
+                first = exc
+    logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
+    with module_state(model), torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True), _quiet():
+        try:
+            ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
+        except Exception as second:  # noqa: BLE001
+            if "Constraints violated" in str(second) or first is None:
+                second.real_values = True  # type: ignore[attr-defined]
+                raise  # a dim the code fixes (a loop over the batch): capture can act on it
+            logger.debug("capture with the example's values failed too: %s", second)
+            raise first from None  # the data-dependent branch is what the user can act on
+    if _branches_on_values(ep.graph):  # only sizes may decide: a value's branch differs per input
+        raise first or CaptureError("a Python branch reads a tensor's value, which the example decided")
+    for node in ep.graph.nodes:  # the real values decided the branches; passes re-derive shapes only
+        for value in pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(value, torch.Tensor) and getattr(value, "real_tensor", None) is not None:
+                value.real_tensor = None
+    return ep
+
+
+def _branches_on_values(graph: torch.fx.Graph) -> bool:
+    """Whether a branch the example decided reads a tensor's value (``if x.sum() > 0``), not
+    the size of a selection (``if not len(kept)``): the asserts torch left name the symbols."""
+    values = set()
+    for node in graph.nodes:
+        if str(node.target) in ("aten._local_scalar_dense.default", "aten.item.default"):
+            values |= {str(s) for s in node.meta.get("unbacked_bindings", {})}
+    for node in graph.nodes:
+        if str(node.target) == "aten._assert_scalar.default" and isinstance(node.args[0], torch.fx.Node):
+            condition = node.args[0].meta.get("val")
+            symbols = getattr(getattr(condition, "node", None), "expr", None)
+            if symbols is not None and {str(s) for s in symbols.free_symbols} & values:
+                return True
+    return False
+
+
+@contextlib.contextmanager
+def module_state(model: torch.nn.Module) -> Iterator[None]:
+    """Give every submodule back its attributes as they were before capture.
+
+    Models cache values on themselves in forward (Ultralytics' Detect head keeps its anchors and
+    strides for the last input shape). Under torch.export those caches become fake or traced
+    tensors, which a later eager call would reuse: the same model would then compute with another
+    trace's values, or fail. Capture may run forward several times, and may fail half-way."""
+    saved = [(m, dict(m.__dict__), dict(m._parameters), dict(m._buffers)) for m in model.modules()]
+    try:
+        yield
+    finally:
+        for module, attributes, parameters, buffers in saved:
+            module.__dict__.clear()
+            module.__dict__.update(attributes)
+            module._parameters.clear()
+            module._parameters.update(parameters)
+            module._buffers.clear()
+            module._buffers.update(buffers)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Dynamo logs a failed trace at error level (the guards, the frames), and torch.export prints
+    the partial graph of a failed export to stderr: the CaptureError says what broke, so torch's
+    loggers are held above error level, and its stderr output goes to fxdeploy's debug log."""
+    names = ["torch"] + [n for n in logging.root.manager.loggerDict if n.startswith("torch.")]
+    loggers = [logging.getLogger(name) for name in names]  # torch._logging sets levels on children
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+        if printed.getvalue().strip():
+            logger.debug("torch printed during capture:\n%s", printed.getvalue())
