@@ -15,7 +15,7 @@ runs the suite from its own tests:
         except TargetUnavailableError as exc:
             pytest.skip(str(exc))
 
-fxdeploy's own targets run the same suite (tests/test_conformance.py).
+fxdeploy's own targets run the same suite (tests/targets/test_conformance.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 - ``manifest``: the manifest's typed schema, its one version, and its validation.
 - ``store``: save a directory of data files plus ``manifest.json`` atomically; read one back as
   data only, hashes and schema checked (``read_manifest``).
-- ``dims`` and ``structure``: the artifact's signature, its named dynamic dims and the input and
+- ``dims``, ``structure``, ``guards`` and ``signature``: the artifact's signature, its named dynamic
+  dims, torch.export's guards kept as size arithmetic (never evaluated as code), the input and
   output trees, in the JSON form the manifest holds.
 - ``onnx_files``, ``ncnn_net`` and ``jit_warnings``: the file formats' own rules (ONNX external
   data, one configured ``ncnn.Net``, quiet TorchScript), shared by lowering and the runtime.

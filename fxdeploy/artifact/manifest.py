@@ -13,6 +13,7 @@ from typing import Any, Literal, TypedDict
 from typing_extensions import NotRequired
 
 from fxdeploy.artifact import dims as dims_mod
+from fxdeploy.artifact import guards
 from fxdeploy.errors import ArtifactError
 
 SCHEMA_VERSION = 1
@@ -158,8 +159,6 @@ def validate(manifest: Any, where: Path) -> None:
 
 def _validate_guards(manifest: dict[str, Any], where: Path) -> None:
     """Guards are size arithmetic over the inputs' shapes; anything else is refused, unevaluated."""
-    from fxdeploy.capture import guards
-
     listed = manifest.get("guards", [])
     if not isinstance(listed, list) or not all(isinstance(g, str) for g in listed):
         raise ArtifactError(f"{where}: manifest 'guards' must be a list of strings")

@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fxdeploy.artifact import dims
+from fxdeploy.artifact import dims, guards
 from fxdeploy.artifact.manifest import DTYPE_NAMES
-from fxdeploy.capture import guards
 from fxdeploy.errors import InputError
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -93,7 +92,7 @@ class Signature:
         return value if value.is_contiguous() else value.contiguous()
 
     def _check_guards(self, feeds: dict[str, torch.Tensor]) -> None:
-        """torch.export's guards on the input sizes (fxdeploy.capture.guards); a per-image
+        """torch.export's guards on the input sizes (fxdeploy.artifact.guards); a per-image
         artifact's graph saw one image, so its guards read a batch of 1."""
         if not self.guards:
             return

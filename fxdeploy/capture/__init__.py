@@ -3,7 +3,7 @@
 - ``exporting``: the torch.export call itself, quiet, with the model's state restored;
 - ``flat_io``: input names, symbolic sizes and their ranges, and the output structure kept;
 - ``substitution``: scoped trace-time replacements, the built-in ones included;
-- ``fixes`` and ``guards``: dim ranges torch.export narrows, and its guards kept as size arithmetic;
+- ``fixes``: dim ranges torch.export narrows, given back or explained;
 - ``errors``: capture failures explained; ``per_image``: models that loop over the batch in
   Python are captured on one image and run image by image."""
 

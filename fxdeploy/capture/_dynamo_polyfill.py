@@ -3,7 +3,7 @@
 ``substitute_in_graph`` registers for the life of the process. fxdeploy needs a substitution to
 hold for exactly one capture, so this module removes the four entries that registration adds.
 It is the only place that touches dynamo internals; a torch upgrade that moves them fails here,
-loudly, in ``tests/test_substitution.py``.
+loudly, in ``tests/capture/test_substitution.py``.
 """
 
 from __future__ import annotations

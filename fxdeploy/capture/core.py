@@ -21,8 +21,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact import dims as dims_mod
-from fxdeploy.artifact import structure
-from fxdeploy.capture import exporting, fixes, flat_io, guards, per_image, substitution
+from fxdeploy.artifact import guards, structure
+from fxdeploy.capture import exporting, fixes, flat_io, per_image, substitution
 from fxdeploy.capture.exporting import module_state
 from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError
@@ -69,7 +69,7 @@ class Captured:
     widened_dims: list[str] = field(default_factory=list)
     # declared dims the artifact takes otherwise (fxdeploy.capture.fixes): fixes applied, ranges narrowed
     dim_changes: list[str] = field(default_factory=list)
-    # torch.export's guards on dynamic input sizes, over the input names (fxdeploy.capture.guards)
+    # torch.export's guards on dynamic input sizes, over the input names (fxdeploy.artifact.guards)
     guards: list[str] = field(default_factory=list)
     # dims whose declared min was given back after torch.export raised it (fixes.lifted_minimums):
     # what stands if lower()'s check at that min fails

@@ -17,8 +17,8 @@ from torch.fx.graph import CodeGen
 from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact import dims as dims_mod
-from fxdeploy.artifact import structure
-from fxdeploy.capture import guards, substitution
+from fxdeploy.artifact import guards, structure
+from fxdeploy.capture import substitution
 from fxdeploy.errors import CaptureError
 
 

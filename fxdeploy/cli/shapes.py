@@ -59,7 +59,7 @@ def parse_shapes(items: Sequence[str], model: Any, inputs: tuple[Any, ...]) -> d
 
 def random_inputs(manifest: Manifest) -> dict[str, torch.Tensor]:
     """Inputs that fit the manifest: each dynamic dim at its opt value."""
-    from fxdeploy.deployed import DTYPES
+    from fxdeploy.artifact.signature import DTYPES
 
     feeds: dict[str, torch.Tensor] = {}
     generator = torch.Generator().manual_seed(0)

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from fxdeploy.artifact import guards as guard_mod
 from fxdeploy.artifact import structure
 from fxdeploy.artifact.dims import size_of
-from fxdeploy.capture import guards as guard_mod
 from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import LoweringError
 from fxdeploy.parity.match import Rules, Tolerance, match_image

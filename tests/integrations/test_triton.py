@@ -19,7 +19,7 @@ from fxdeploy import artifact
 from fxdeploy.integrations.triton import TritonExportError, export_triton
 from fxdeploy.integrations.triton_config import DATA_TYPES, DEFAULT_MAX_BATCH
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST = fxdeploy.Settings(verify=False)  # verification is tested elsewhere; here only the layout matters
 
 
@@ -168,7 +168,7 @@ def test_openvino_backend_reads_the_onnx_file(tmp_path: Path) -> None:
 
 
 def test_a_plugin_targets_onnx_artifact_goes_to_onnx_runtime(tmp_path: Path) -> None:
-    """A third-party target (tests/test_third_party_target.py) whose artifact is one ONNX model, with
+    """A third-party target (tests/targets/test_registry.py) whose artifact is one ONNX model, with
     external weights: Triton's ONNX Runtime backend serves it."""
     art = fake_artifact(tmp_path, "ort-extended", {"model.onnx": b"onnx", "model.onnx.data": b"w"},
                         info={"target_origin": {"entry_point": "ort-extended = ortx:target", "distribution": "ortx",

@@ -1,6 +1,6 @@
 """Broken artifacts are refused on load with an ArtifactError that names what is wrong.
 
-tests/test_artifact.py covers the ONNX Runtime artifact; here every file of every target's
+tests/artifact/test_store.py covers the ONNX Runtime artifact; here every file of every target's
 artifact is damaged in turn, and the manifest gets the malformed values the loader used to
 crash on (KeyError, TypeError, ValueError at load or at the first call).
 """

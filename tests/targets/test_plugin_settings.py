@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from tests.helpers import ROOT, run_python
-from tests.test_third_party_target import make_site
+from tests.targets.test_registry import make_site
 
 RESOLVE = """
 import argparse, json

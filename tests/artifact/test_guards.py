@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fxdeploy
-from fxdeploy.capture import guards
+from fxdeploy.artifact import guards
 from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import ArtifactError, InputError
 from tests.helpers import require_target
