@@ -115,8 +115,9 @@ class Deployed:
         feeds = self._signature.feeds(flat)
         if self._per_image is None:
             return self._rebuild(self._run(feeds), unpack=unpack)
-        results = [self._rebuild(out, unpack=unpack) for out in self._run_images(_images(feeds))]
-        return structure.join_images(results, self._per_image["join"])
+        # the join plan describes the tensor-only results, so images join before any unpack
+        results = [self._rebuild(out, unpack=False) for out in self._run_images(_images(feeds))]
+        return self._unpacked(structure.join_images(results, self._per_image["join"]), unpack)
 
     def execute(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
         if not isinstance(feeds, dict):
@@ -178,6 +179,9 @@ class Deployed:
             result = pytree.tree_unflatten(leaves, self._out_spec)
             if self._template is not None:
                 result = structure.dicts_to_dataclasses(self._template, result)
+        return self._unpacked(result, unpack)
+
+    def _unpacked(self, result: Any, unpack: bool) -> Any:
         for unpacker in self._unpacks if unpack else ():
             result = unpacker(result)
         return result

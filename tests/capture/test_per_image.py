@@ -114,3 +114,44 @@ def test_capture_gives_back_attributes_that_forward_set() -> None:
     model = Cached()
     capture(model, (torch.rand(2, 5),))
     assert model.anchors is None  # not a traced tensor left behind
+
+
+class Processor:
+    """A library-style postprocess: one dict per image, which no engine can return."""
+
+    def postprocess(self, rows: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        return [{"rows": r, "top": r.argmax()} for r in rows]
+
+
+def _packed(self: Processor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return rows, rows.argmax(-1)
+
+
+def _unpack(out: tuple[torch.Tensor, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    rows, top = out
+    return [{"rows": r, "top": t} for r, t in zip(rows, top, strict=True)]
+
+
+class LoopsThenPostprocesses(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.processor = Processor()
+
+    def forward(self, x: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        rows = torch.stack([image.flatten(1).amax(1) for image in x.relu()])  # the loop fixes the batch
+        return self.processor.postprocess(rows)
+
+
+def test_per_image_results_join_before_the_unpack() -> None:
+    """The join plan describes the tensor-only results: images join first, then the unpack runs
+    once over the whole batch (RT-DETR on ncnn: a list of dicts per call, one per image)."""
+    model = LoopsThenPostprocesses()
+    subs = {Processor.postprocess: fxdeploy.Substitution(Processor.postprocess, _packed, unpack=_unpack)}
+    deployed = fxdeploy.lower(model, (torch.rand(2, 3, 4, 4),), target="onnxruntime",
+                              dynamic_shapes={"x": {0: ("batch", 1, 6)}}, substitutions=subs)
+    assert deployed.manifest["per_image"]["join"]["kind"] == "items"
+    for batch in (1, 3, 6):
+        x = torch.rand(batch, 3, 4, 4)
+        got, want = deployed(x), model(x)
+        assert isinstance(got, list) and len(got) == batch
+        torch.testing.assert_close(got, want)
