@@ -21,6 +21,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.errors import LoweringError
+from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
 
 
 def plain_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -57,7 +58,7 @@ def replace_nms_with_reference(gm: torch.fx.GraphModule) -> int:
 
     count = 0
     for node in gm.graph.nodes:
-        if node.op == "call_function" and _is_op(node.target, "fxdeploy::multiclass_nms"):
+        if is_nms(node, (MULTICLASS_NMS,)):
             node.target = multiclass_nms_reference
             count += 1
     if count:
@@ -192,12 +193,6 @@ def _refuse_custom_ops(gm: torch.fx.GraphModule, target: str) -> None:
                 f"{target} lowering: op {name} (node {node.name!r}) has no TorchScript form; "
                 "only fxdeploy::multiclass_nms does (substitute_nms rewrites nms/batched_nms into it)"
             )
-
-
-def _is_op(target: object, name: str) -> bool:
-    return getattr(target, "_name", None) == name and isinstance(
-        target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
-    )
 
 
 def _context(exc: Exception) -> str:

@@ -18,7 +18,7 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-_NMS = "fxdeploy::multiclass_nms"
+from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
 
 _aten = torch.ops.aten
 _SELECTIONS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.nonzero, _aten.scatter, _aten.cumsum})
@@ -80,7 +80,7 @@ MADE_FROM_SIZES = ("made from the image's run-time size: ncnn cannot make it, an
 def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     """The nodes that run on the host, each with why (one of the reasons above); ``free`` are the
     nodes computed without the inputs (``input_free``)."""
-    nms = [n for n in gm.graph.nodes if n.op == "call_function" and getattr(n.target, "_name", "") == _NMS]
+    nms = [n for n in gm.graph.nodes if is_nms(n, (MULTICLASS_NMS,))]
     seeds = [n for n in gm.graph.nodes if packet(n) in _SELECTIONS and n not in free]
     reasons = dict.fromkeys(_made_from_sizes(gm, free), MADE_FROM_SIZES)
     if not nms and not seeds:
@@ -96,7 +96,7 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
 
 
 def _why(node: Node, after_nms: set[Node]) -> str:
-    if node.op == "call_function" and getattr(node.target, "_name", "") == _NMS:
+    if is_nms(node, (MULTICLASS_NMS,)):
         return NO_NMS_LAYER
     if packet(node) in _SELECTIONS:
         return NO_SELECTION_LAYER

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import torch
 
+from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import is_op
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
 
-NMS = "fxdeploy.multiclass_nms.default"
 MIXING = frozenset({
     "aten.convolution.default", "aten.conv2d.default", "aten.mm.default", "aten.addmm.default",
     "aten.bmm.default", "aten.matmul.default", "aten.linear.default",
@@ -31,7 +31,7 @@ MIXING = frozenset({
 
 def exact_score_sigmoid(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     modified = False
-    scores = [n.args[1] for n in gm.graph.nodes if is_op(n, NMS)]
+    scores = [n.args[1] for n in gm.graph.nodes if is_nms(n, (MULTICLASS_NMS,))]
     for node in _score_sigmoids(scores):
         reason = check(node)
         if reason is None:

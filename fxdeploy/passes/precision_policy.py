@@ -15,6 +15,7 @@ from collections import Counter
 
 import torch
 
+from fxdeploy.ops.names import FXDEPLOY_NMS, is_nms
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import refresh_meta
 from fxdeploy.passes.record import update
@@ -24,8 +25,7 @@ aten = torch.ops.aten
 EXCLUDED = frozenset(
     {
         "aten.sigmoid.default", "aten._softmax.default", "aten.softmax.int", "aten._log_softmax.default",
-        "aten.log_softmax.int", "fxdeploy.multiclass_nms.default", "fxdeploy.nms.default",
-        "fxdeploy.batched_nms.default",
+        "aten.log_softmax.int", *FXDEPLOY_NMS,
     }
 )
 HEAVY = (
@@ -36,7 +36,6 @@ HEAVY = (
 )
 REDUCED = {"fp16": torch.float16, "bf16": torch.bfloat16}
 """settings.precision -> the dtype the network runs in (fp32: the pass changes nothing)."""
-FP32_NMS_OPS = ("fxdeploy.multiclass_nms.default", "fxdeploy.nms.default", "fxdeploy.batched_nms.default")
 
 
 def precision_policy(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
@@ -70,7 +69,7 @@ def precision_policy(gm: torch.fx.GraphModule, settings: Settings) -> PassResult
 def _fp32_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     keep = {n for n in nodes if str(n.target) in EXCLUDED}
-    frontier = [a for n in nodes if str(n.target) in FP32_NMS_OPS for a in n.all_input_nodes]
+    frontier = [a for n in nodes if is_nms(n) for a in n.all_input_nodes]
     while frontier:  # box decoding: light producers of NMS inputs
         node = frontier.pop()
         if node.op == "call_function" and node not in keep and not _heavy(node):

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from fxdeploy.ops.names import is_nms
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.record import GraphRecord, record, update
 from fxdeploy.settings import Settings
@@ -60,7 +61,7 @@ def _nms_descendants(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, int | None
     calls (a two-stage detector's proposals, then its detections) takes the last one's K."""
     found: dict[torch.fx.Node, int | None] = {}
     for nms in reversed(gm.graph.nodes):
-        if not (str(nms.target).startswith("fxdeploy.") and "nms" in str(nms.target)):
+        if not is_nms(nms):
             continue
         val = nms.meta.get("val")
         first = val[0] if isinstance(val, (list, tuple)) and val else val

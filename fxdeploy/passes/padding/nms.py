@@ -12,13 +12,14 @@ import operator
 
 import torch
 
+from fxdeploy.ops.names import BATCHED_NMS, NMS, TORCHVISION_NMS, is_nms
 from fxdeploy.passes.graph_utils import call_site, is_op
 from fxdeploy.passes.padding.rows import PaddedRows
 from fxdeploy.passes.padding.rule import CompactionError, Rule, replace_node
 
 aten = torch.ops.aten
 Node = torch.fx.Node
-DATA_DEPENDENT_NMS = ("fxdeploy.nms.default", "fxdeploy.batched_nms.default", "torchvision.nms.default")
+DATA_DEPENDENT_NMS = (NMS, BATCHED_NMS, TORCHVISION_NMS)
 
 
 def multiclass_keep(graph: torch.fx.Graph, nms: Node, scores: Node, top_k: int) -> tuple[Node, Node]:
@@ -26,7 +27,7 @@ def multiclass_keep(graph: torch.fx.Graph, nms: Node, scores: Node, top_k: int) 
     indices ([top_k] long, padding clamped to row 0) and their count (0-d long)."""
     call = graph.call_function
     boxes = nms.args[0]
-    if str(nms.target) == "fxdeploy.batched_nms.default":  # torchvision's trick: classes never overlap
+    if is_nms(nms, (BATCHED_NMS,)):  # torchvision's trick: classes never overlap
         top = call(aten.add.Tensor, (call(aten.max.default, (boxes,)), 1))
         offsets = call(aten.mul.Tensor, (call(aten._to_copy.default, (nms.args[2],), {"dtype": torch.float32}), top))
         boxes = call(aten.add.Tensor, (boxes, call(aten.unsqueeze.default, (offsets, 1))))
