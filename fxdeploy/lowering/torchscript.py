@@ -14,14 +14,14 @@ imported fxdeploy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.errors import LoweringError
 from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
+from fxdeploy.passes.traceable_sizes import traceable_sizes
+from fxdeploy.settings import Settings
 
 
 def plain_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -93,7 +93,7 @@ def trace_graph(
     gm = plain_copy(gm)
     replace_nms_with_reference(gm)
     _refuse_custom_ops(gm, target)
-    traceable_sizes(gm)
+    traceable_sizes(gm, Settings())
     try:
         with quiet_jit(), torch.no_grad():
             return torch.jit.trace(gm, tuple(example_inputs), check_trace=False)
@@ -102,86 +102,6 @@ def trace_graph(
             f"{target} lowering: torch.jit.trace of the passed graph failed on inputs "
             f"{[tuple(x.shape) for x in example_inputs]}: {type(exc).__name__}: {str(exc)[:400]}"
         ) from exc
-
-
-_aten = torch.ops.aten
-_AS_METHOD = {_aten.view.default: "view", _aten.reshape.default: "reshape", _aten.expand.default: "expand",
-              _aten.repeat.default: "repeat", _aten.sym_size.int: "size"}
-_UPSAMPLE = {_aten.upsample_nearest2d.vec: "nearest", _aten.upsample_bilinear2d.vec: "bilinear",
-             _aten.upsample_bicubic2d.vec: "bicubic"}
-
-
-def traceable_sizes(gm: torch.fx.GraphModule) -> None:
-    """Rewrite size arithmetic so that ``torch.jit.trace`` keeps it.
-
-    The tracer follows a size read with ``Tensor.size`` into ``Tensor.view`` or ``torch.arange``,
-    but an aten overload call (``aten.sym_size.int``, ``aten.view.default``) hands it plain ints,
-    which it records as constants: the trace would then only run at the traced input size. Only
-    nodes that read or take a symbolic size are rewritten, so a static graph is left as it is.
-    """
-    symbolic: set[torch.fx.Node] = set()
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function":
-            continue
-        leaves = pytree.tree_leaves((node.args, node.kwargs))
-        takes = any(isinstance(a, torch.fx.Node) and a in symbolic for a in leaves)
-        if node.target is _aten.sym_size.int or isinstance(node.meta.get("val"), torch.SymInt):
-            symbolic.add(node)
-        if not (takes or node.target is _aten.sym_size.int):
-            continue
-        replacement = _traceable(gm.graph, node)
-        if replacement is not None:
-            replacement.meta = dict(node.meta)
-            node.replace_all_uses_with(replacement)
-            gm.graph.erase_node(node)
-            if node in symbolic:
-                symbolic.add(replacement)
-    gm.recompile()
-
-
-def _traceable(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    args, kwargs = node.args, dict(node.kwargs)
-    with graph.inserting_before(node):
-        if node.target in _AS_METHOD:
-            return graph.call_method(_AS_METHOD[node.target], args[:2])
-        if node.target in (_aten.arange.default, _aten.arange.start, _aten.ones.default, _aten.zeros.default):
-            keep = {k: v for k, v in kwargs.items() if k in ("dtype", "device")}
-            name = node.target.overloadpacket.__name__
-            return graph.call_function(getattr(torch, name), args, keep)
-        if node.target is _aten.scalar_tensor.default:
-            keep = {k: v for k, v in kwargs.items() if k == "dtype"}
-            return graph.call_function(size_as_tensor, args[:1], keep)
-        if node.target is _aten.slice.Tensor:
-            return graph.call_function(slice_by_sizes, args, kwargs)
-        if node.target in _UPSAMPLE:
-            mode = _UPSAMPLE[node.target]
-            size, scale = args[1], args[-1] if len(args) > 2 else kwargs.get("scale_factors")
-            extra = {"align_corners": args[2]} if mode != "nearest" and len(args) > 3 else {}
-            options = {"size": size, "scale_factor": scale, "mode": mode, **extra}
-            return graph.call_function(torch.nn.functional.interpolate, (args[0],), options)
-    return None
-
-
-def slice_by_sizes(
-    x: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
-) -> torch.Tensor:
-    """``aten.slice`` with bounds computed from run-time sizes, in a form ``torch.jit.trace``
-    records: Python indexing with the traced sizes (RT-DETR's decoder takes each level's rows of
-    the encoder memory as ``memory[:, start : start + height * width]``)."""
-    return x[(slice(None),) * (dim % x.dim()) + (slice(start, end, step),)]
-
-
-def size_as_tensor(size: int | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``aten.scalar_tensor`` of a size, in a form ``torch.jit.trace`` records.
-
-    While tracing, ``Tensor.size(d)`` hands over a 0-dim tensor that stands for the run-time size;
-    ``aten::scalar_tensor`` takes only a number, so the tracer fails on it. A cast of that tensor is
-    recorded and keeps following the input size.
-    """
-    dtype = torch.get_default_dtype() if dtype is None else dtype
-    if isinstance(size, torch.Tensor):
-        return size.to(dtype)
-    return torch.scalar_tensor(size, dtype=dtype)
 
 
 def _refuse_custom_ops(gm: torch.fx.GraphModule, target: str) -> None:
