@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import fxdeploy  # noqa: E402
 from examples.torchvision_detectors import NAMES, build, images  # noqa: E402
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, summarize  # noqa: E402
-from fxdeploy.compare.outputs import Tolerances, compare_outputs  # noqa: E402
+from fxdeploy.parity.outputs import Tolerances, compare_outputs  # noqa: E402
 
 THREADS = 2
 

@@ -10,7 +10,7 @@ from fxdeploy.bench.report import markdown, plot
 from fxdeploy.bench.runner import run_benchmark
 from fxdeploy.bench.schema import SCHEMA, SCHEMA_VERSION, validate
 from fxdeploy.bench.timing import Budget, measure, measure_interleaved, pinned_threads, summarize
-from fxdeploy.compare.batches import rebatch
+from fxdeploy.parity.batches import rebatch
 
 __all__ = [
     "SCHEMA",

@@ -21,8 +21,8 @@ from fxdeploy.bench.progress import Progress
 from fxdeploy.bench.schema import SCHEMA_VERSION, machine_info
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, round_medians, summarize
 from fxdeploy.capture import eval_mode
-from fxdeploy.compare.batches import rebatch
-from fxdeploy.compare.outputs import Tolerances, compare_outputs, max_abs_error, reference_outputs
+from fxdeploy.parity.batches import rebatch
+from fxdeploy.parity.outputs import Tolerances, compare_outputs, max_abs_error, reference_outputs
 from fxdeploy.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -92,7 +92,8 @@ def run_compare(args: argparse.Namespace, transform: Mapping[str, Callable[[Any]
 
     from fxdeploy.cli.model_spec import load_factory, load_substitutions
     from fxdeploy.cli.shapes import parse_dynamic
-    from fxdeploy.compare import Tolerances, compare
+    from fxdeploy.parity.compare import compare
+    from fxdeploy.parity.outputs import Tolerances
     from fxdeploy.settings import Settings
 
     model, inputs = load_factory(args.model)

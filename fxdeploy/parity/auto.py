@@ -10,6 +10,7 @@ the saved artifact says why it is what it is.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -17,9 +18,10 @@ from typing import Any
 import torch
 
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, summarize
-from fxdeploy.compare.outputs import Tolerances, compare_outputs, max_abs_error, reference_outputs
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import LoweringError
+from fxdeploy.parity.compare import Run, TargetComparison, check_target
+from fxdeploy.parity.outputs import Tolerances, reference_outputs
 from fxdeploy.settings import Settings
 from fxdeploy.targets import statuses as all_statuses
 
@@ -56,25 +58,20 @@ def lower_auto(
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     tol = tolerances or Tolerances(atol=settings.atol)
     names, statuses = _candidates(candidates)
-    reference = reference_outputs(model, args, kwargs)
+    runs = [Run(None, args, reference_outputs(model, args, kwargs), dict(kwargs or {}))]
     table: dict[str, dict[str, Any]] = {}
     passing: dict[str, tuple[Deployed, list[Any]]] = {}
     for name in names:
         entry = table[name] = _entry(name, statuses[name].reason)
         if not statuses[name].available:
             continue
-        try:
-            deployed = lower(model, args, target=name, dynamic_shapes=dynamic_shapes,
-                                      settings=settings, kwargs=kwargs, substitutions=substitutions)
-            got = deployed(*args, **(kwargs or {}))
-        except Exception as exc:  # noqa: BLE001 - a target that cannot take this model is dropped
-            entry.update(status="failed", reason=f"{type(exc).__name__}: {exc}"[:1000])
-            continue
-        if transform and name in transform:
-            got = transform[name](got)
-        results = _parity(entry, reference, got, tol)
-        if results is not None:
-            passing[name] = (deployed, results)
+        row, deployed = check_target(
+            name, functools.partial(lower, model, args, target=name, dynamic_shapes=dynamic_shapes,
+                                    settings=settings, kwargs=kwargs, substitutions=substitutions),
+            runs, tol, (transform or {}).get(name),
+        )
+        if _parity(entry, row):  # a target that cannot take this model, or differs from eager, is dropped
+            passing[name] = (deployed, row.results)
     if not passing:
         summary = "; ".join(f"{n}: {e['status']} ({e['reason']})" for n, e in table.items())
         raise LoweringError(f"target='auto': no target lowered this model and matched eager PyTorch: {summary}")
@@ -104,17 +101,18 @@ def _entry(name: str, reason: str | None) -> dict[str, Any]:
             "median_ms": None, "p90_ms": None, "cv": None, "reason": reason}
 
 
-def _parity(entry: dict[str, Any], reference: Any, got: Any, tol: Tolerances) -> list[Any] | None:
-    """Compare a candidate's outputs with eager's and record it in its table ``entry``: the
-    comparison results if every output matched, else None (the candidate is dropped)."""
-    results = compare_outputs(reference, got, tol)
-    entry["parity_error"] = _finite(max_abs_error(results))
-    bad = [f"{r.name}: {r.detail}" for r in results if not r.ok]
+def _parity(entry: dict[str, Any], row: TargetComparison) -> bool:
+    """Record a candidate's check in its table ``entry``; True where it lowered, ran and matched."""
+    if row.status == "error":
+        entry.update(status="failed", reason=row.reason[:1000])
+        return False
+    entry["parity_error"] = _finite(row.max_abs)
+    bad = [f"{r.name}: {r.detail}" for r in row.results if not r.ok]
     if bad:
         entry.update(status="parity_failed", reason="; ".join(bad)[:1000])
-        return None
+        return False
     entry.update(status="ok", reason=None)
-    return results
+    return True
 
 
 def _record(
@@ -155,5 +153,5 @@ def _pick(
     )
 
 
-def _finite(value: float) -> float | None:
-    return value if value == value and abs(value) != float("inf") else None
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and value == value and abs(value) != float("inf") else None

@@ -197,7 +197,7 @@ def against_original(
     fails here, whatever the substituted reference says. Compared as the user sees the outputs:
     eager's structure, detections paired by label and IoU, every per-detection field included."""
     from fxdeploy.capture import eval_mode
-    from fxdeploy.compare.outputs import Tolerances, compare_outputs
+    from fxdeploy.parity.outputs import Tolerances, compare_outputs
 
     args, kwargs = example
     with torch.no_grad(), eval_mode(model):

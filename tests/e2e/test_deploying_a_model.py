@@ -12,7 +12,7 @@ import torch
 
 import fxdeploy
 from examples.pose import images, pose
-from fxdeploy.compare import compare_outputs
+from fxdeploy.parity import compare_outputs
 from tests.helpers import require_target
 
 
@@ -31,7 +31,7 @@ def test_the_pose_detector_deploys_with_no_user_code(target: str, tmp_path: Path
         for runner in (deployed, loaded):
             got = runner(x)
             assert isinstance(got, list) and [list(d) for d in got] == [list(d) for d in want]
-            results = compare_outputs(want, got, fxdeploy.compare.Tolerances(score_atol=1e-3))
+            results = compare_outputs(want, got, fxdeploy.parity.Tolerances(score_atol=1e-3))
             assert all(r.ok for r in results), [r.detail for r in results]
             assert [r.kind for r in results] == ["detections"]
 
@@ -52,7 +52,7 @@ def test_the_guides_substitution_matches_eager_and_load_takes_its_unpack(tmp_pat
     with torch.no_grad():
         want = model(x)
     for got in (deployed(x), fxdeploy.load(path, unpack=unpack)(x)):
-        results = compare_outputs(want, got, fxdeploy.compare.Tolerances(score_atol=1e-4))
+        results = compare_outputs(want, got, fxdeploy.parity.Tolerances(score_atol=1e-4))
         assert all(r.ok for r in results), [r.detail for r in results]
     with pytest.warns(fxdeploy.errors.UnpackWarning, match=r"unpack \(examples\.pose\.unpack\).*fxdeploy\.load"):
         without = fxdeploy.load(path)

@@ -16,7 +16,7 @@ from torch import nn
 import fxdeploy
 from examples.pose import unpack  # padded rows and keypoints as a list of dicts, cut at each count
 from fxdeploy import Substitution
-from fxdeploy.compare import compare_outputs
+from fxdeploy.parity import compare_outputs
 
 KEYPOINTS = 17
 

@@ -91,7 +91,8 @@ def test_the_runtime_reads_the_plan_without_the_capture_and_pass_machinery() -> 
     """The runtime never imports torch.export machinery; the lowering never imports the runtime."""
     heavy = ("torch", "fxdeploy.passes", "fxdeploy.partition.cut", "fxdeploy.partition.host_nodes",
              "fxdeploy.capture", "fxdeploy.lowering", "fxdeploy.runtime")
-    for light in (ROOT / "partition" / "plan.py", ROOT / "partition" / "__init__.py", ROOT / "artifact" / "ncnn_net.py"):
+    lights = (ROOT / "partition" / "plan.py", ROOT / "partition" / "__init__.py", ROOT / "artifact" / "ncnn_net.py")
+    for light in lights:
         assert not {m for m in _imports(light) if m.startswith(heavy)}, light
     runtime = _imports(ROOT / "runtime" / "ncnn.py")
     assert not {m for m in runtime if m.startswith(heavy[1:-1]) or m.startswith("torch.export")}

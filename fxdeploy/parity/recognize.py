@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from fxdeploy.compare.tensors import as_tensor
 from fxdeploy.parity.match import Detections
+from fxdeploy.parity.tensors import as_tensor
 
 _NUM_SUFFIXES = ("num_dets", "num_detections")
 

@@ -2,7 +2,7 @@
 
 The pairing and the per-field checks are fxdeploy.parity.match's, the one matcher that lower()'s
 own check and the tests use too; here its per-image results become one row of a compare report.
-Padding rows past ``num_dets`` never reach it (fxdeploy.compare.recognize drops them).
+Padding rows past ``num_dets`` never reach it (fxdeploy.parity.recognize drops them).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from fxdeploy.compare import Tolerances, as_detections, compare_outputs
-from fxdeploy.compare.detections import DetectionComparison
+from fxdeploy.parity import Tolerances, as_detections, compare_outputs
+from fxdeploy.parity.detections import DetectionComparison
 
 BOXES = torch.tensor([[0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 40.0, 40.0], [5.0, 50.0, 25.0, 70.0]])
 SCORES = torch.tensor([0.9, 0.8, 0.7])

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from fxdeploy import api
-from fxdeploy.compare.batches import batch_dims, rebatch
-from fxdeploy.compare.outputs import Comparison, Tolerances, compare_outputs, max_abs_error, reference_outputs
+from fxdeploy.parity.batches import batch_dims, rebatch
+from fxdeploy.parity.outputs import Comparison, Tolerances, compare_outputs, max_abs_error, reference_outputs
 from fxdeploy.settings import Settings
 from fxdeploy.targets import statuses as all_statuses
 
@@ -121,7 +121,7 @@ def compare(
             continue
         lower = functools.partial(api.lower, model, args, target=name, dynamic_shapes=dynamic_shapes,
                                   settings=lower_settings, substitutions=substitutions)
-        rows.append(_compare_one(name, lower, runs, tol, (transform or {}).get(name)))
+        rows.append(check_target(name, lower, runs, tol, (transform or {}).get(name))[0])
     shapes = [tuple(x.shape) for x in args if isinstance(x, torch.Tensor)]
     return CompareReport(type(model).__name__, shapes, tol, rows, batches)
 
@@ -133,24 +133,28 @@ class Run:
     batch: int | None
     args: tuple[Any, ...]
     reference: Any = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def _compare_one(
-    name: str, lower: Callable[[], Any], runs: list[Run], tol: Tolerances, transform: Transform | None,
-) -> TargetComparison:
+def check_target(
+    name: str, lower: Callable[[], Any], runs: list[Run], tol: Tolerances, transform: Transform | None = None,
+) -> tuple[TargetComparison, Any]:
+    """Lower one target (``lower()``) and check its outputs on each run against the run's eager
+    reference: the one "lower a target and compare" routine, for ``compare`` and ``target="auto"``.
+    Returns the row (pass, fail or error, with the reason) and the Deployed (None on an error)."""
     start = time.perf_counter()
     results: list[Comparison] = []
     try:
         deployed = lower()
         lower_s = time.perf_counter() - start
         for run in runs:
-            got = deployed(*run.args)
+            got = deployed(*run.args, **run.kwargs)
             got = transform(got) if transform is not None else got
             found = compare_outputs(run.reference, got, tol)
             if run.batch is not None:
                 found = [dataclasses.replace(r, name=f"{r.name} @ batch {run.batch}") for r in found]
             results += found
     except Exception as exc:  # noqa: BLE001 - a target that cannot lower or run is a failed row, not a crash
-        return TargetComparison(name, "error", f"{type(exc).__name__}: {exc}"[:2000], results)
+        return TargetComparison(name, "error", f"{type(exc).__name__}: {exc}"[:2000], results), None
     status = "pass" if all(r.ok for r in results) else "fail"
-    return TargetComparison(name, status, "", results, lower_s)
+    return TargetComparison(name, status, "", results, lower_s), deployed

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 
 from fxdeploy.capture import eval_mode
-from fxdeploy.compare.detections import DetectionComparison, compare_detections
-from fxdeploy.compare.recognize import as_detections
-from fxdeploy.compare.tensors import TensorComparison, as_tensor, compare_tensor, compare_value
+from fxdeploy.parity.detections import DetectionComparison, compare_detections
+from fxdeploy.parity.recognize import as_detections
+from fxdeploy.parity.tensors import TensorComparison, as_tensor, compare_tensor, compare_value
 
 Comparison = TensorComparison | DetectionComparison
 
