@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from fxdeploy.artifact import dims, guards
-from fxdeploy.artifact.manifest import DTYPE_NAMES
+from fxdeploy.artifact.manifest import DTYPE_NAMES, Manifest
 from fxdeploy.errors import InputError
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -22,7 +22,7 @@ class Signature:
     name (``h``, ``32*h``); ``dims`` the root dims' ranges; ``per_image`` for an artifact whose
     engine takes one image of a batch (its guards then read a batch of 1)."""
 
-    def __init__(self, manifest: Any) -> None:
+    def __init__(self, manifest: Manifest) -> None:
         self.inputs = [(i["name"], DTYPES[i["dtype"]], i["shape"]) for i in manifest["inputs"]]
         self.names = [name for name, _, _ in self.inputs]
         self.dims = dict(manifest["dims"])
