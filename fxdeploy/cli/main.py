@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a CLI prints the error, not a traceback
         from fxdeploy.errors import FxDeployError
 
-        if args.verbose or not isinstance(exc, (FxDeployError, ValueError, FileNotFoundError, TypeError)):
+        if args.verbose or not isinstance(exc, (FxDeployError, ValueError, FileNotFoundError, TypeError, ImportError)):
             raise
         print(f"fxdeploy: error: {exc}", file=sys.stderr)
         return 2

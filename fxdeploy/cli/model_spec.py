@@ -72,7 +72,11 @@ def _import(spec: str) -> tuple[Any, str]:
     return module, name
 
 
-def _import_failed(spec: str, exc: Exception, folder: str | None) -> ValueError:
+class ModelImportError(ImportError):
+    """The model's module failed to import: the spec, the cause and what to do, in one line."""
+
+
+def _import_failed(spec: str, exc: Exception, folder: str | None) -> ModelImportError:
     message = f"model spec {spec!r}: importing it failed with {type(exc).__name__}: {exc}"
     if isinstance(exc, ModuleNotFoundError) and folder is not None:
         message += (
@@ -80,4 +84,4 @@ def _import_failed(spec: str, exc: Exception, folder: str | None) -> ValueError:
             "package, run `python -m fxdeploy` from the package's root and name the model as "
             "package.module:factory"
         )
-    return ValueError(message)
+    return ModelImportError(message)
