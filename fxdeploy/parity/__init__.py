@@ -5,6 +5,7 @@
   eager's, tensors element-wise and detections through ``match``;
 - ``rows`` and ``verify``: lower()'s flat output leaves cut into detections, and lower()'s own
   check after lowering (``lower_check``);
+- ``check``: lower one target and check it, the routine behind ``compare`` and ``auto``;
 - ``compare`` (with ``batches``): ``fxdeploy compare``, each target lowered and checked;
 - ``auto``: ``target="auto"``, the fastest target that matches.
 """

@@ -20,7 +20,7 @@ import torch
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, summarize
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import LoweringError
-from fxdeploy.parity.compare import Run, TargetComparison, check_target
+from fxdeploy.parity.check import Run, TargetComparison, check_target
 from fxdeploy.parity.outputs import Tolerances, reference_outputs
 from fxdeploy.settings import Settings
 from fxdeploy.targets import statuses as all_statuses
