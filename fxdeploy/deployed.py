@@ -68,7 +68,6 @@ class Deployed:
         self._plain_leaves = [leaf["name"] for leaf in self._leaves] if plain else None
         self._lock = None if executor.thread_safe else threading.Lock()
 
-
     @property
     def target(self) -> str:
         return self.manifest["target"]

@@ -57,3 +57,17 @@ def test_bad_dynamic_shapes_are_an_input_error() -> None:
     model, (x,) = models.convnet()
     with pytest.raises(fxdeploy.InputError, match=r"dynamic_shapes names \['images'\] are not inputs"):
         fxdeploy.lower(model, (x,), dynamic_shapes={"images": {0: "batch"}})
+
+
+def test_a_pipeline_that_never_describes_its_outputs_is_told_how_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin's pipeline without tensorize_outputs leaves the graph record without output
+    leaves: lower() says which pass to end the pipeline with, instead of a KeyError."""
+    import dataclasses
+
+    from fxdeploy.passes.pipelines import CLEANUP
+
+    real = api.get_target("onnxruntime")
+    monkeypatch.setattr(api, "get_target", lambda name: dataclasses.replace(real, pipeline=CLEANUP))
+    model, (x,) = models.convnet()
+    with pytest.raises(fxdeploy.LoweringError, match="never described the outputs; end it with .*tensorize_outputs"):
+        fxdeploy.lower(model, (x,), settings=fxdeploy.Settings(cache=fxdeploy.settings.CacheSettings(enabled=False)))
