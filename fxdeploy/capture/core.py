@@ -23,6 +23,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy.artifact import dims as dims_mod
 from fxdeploy.artifact import guards, structure
 from fxdeploy.capture import exporting, fixes, flat_io, per_image, substitution
+from fxdeploy.capture.functional import functionalize
 from fxdeploy.capture.exporting import module_state
 from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError
@@ -234,6 +235,7 @@ def _flatten(
     """The exported program as a ``Captured``: its output structure checked against eager's (for
     the ``applied`` substitutions), its inputs and outputs named, its graph module made flat."""
     flat_io.check_structure(ep, eager_outputs, template, [s for s in subs if s.name in applied])
+    ep = functionalize(ep)  # before any pass: a rewrite of a graph that writes can move the write
     unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
     inputs = flat_io.inputs_of(ep, flat_inputs, opts)
     gm = ep.module(check_guards=False)  # the guards are checked by Deployed, on the manifest's copy
