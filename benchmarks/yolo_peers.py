@@ -40,8 +40,8 @@ os.environ.setdefault("YOLO_OFFLINE", "1")
 import fxdeploy  # noqa: E402
 from examples.ultralytics_yolo import YoloWithNMS, build, images  # noqa: E402
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, summarize  # noqa: E402
+from fxdeploy.parity.boxes import Detections  # noqa: E402
 from fxdeploy.parity.detections import compare_detections  # noqa: E402
-from fxdeploy.parity.match import Detections  # noqa: E402
 
 THREADS = 2
 Rows = list[torch.Tensor]

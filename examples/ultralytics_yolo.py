@@ -25,7 +25,9 @@ class YoloWithNMS(nn.Module):
     def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
         from ultralytics.utils.nms import non_max_suppression
 
-        return non_max_suppression(self.model(images), self.conf, self.iou, max_det=self.max_det)
+        # Ultralytics' NMS stops after 2 s + 0.05 s an image and returns what it has so far: on a busy
+        # CPU eager would then be cut short, and so would the reference lower() checks against.
+        return non_max_suppression(self.model(images), self.conf, self.iou, max_det=self.max_det, max_time_img=60.0)
 
 
 def build(

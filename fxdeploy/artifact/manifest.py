@@ -68,7 +68,15 @@ class OutputLeaf(TypedDict):
     """A scalar's Python type."""
     trim: NotRequired[Trim]
     detections: NotRequired[bool]
+    """Rows compared as a set by lower()'s check (fxdeploy.passes.output_rows says which)."""
+    rows: NotRequired[Literal["nms", "selected", "ranked", "count"]]
     rows_dim: NotRequired[int]
+    nms: NotRequired[int]
+    """Which NMS of the graph (0: the last) its rows or its count come from."""
+    iou_threshold: NotRequired[float]
+    score_thresholds: NotRequired[list[float]]
+    rank_key: NotRequired[str]
+    """A ranked leaf's keys: the name of the output that holds them."""
 
 
 class PerImage(TypedDict):

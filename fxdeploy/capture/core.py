@@ -23,8 +23,8 @@ from torch.utils import _pytree as pytree
 from fxdeploy.artifact import dims as dims_mod
 from fxdeploy.artifact import guards, structure
 from fxdeploy.capture import exporting, fixes, flat_io, per_image, substitution
-from fxdeploy.capture.functional import functionalize
 from fxdeploy.capture.exporting import module_state
+from fxdeploy.capture.functional import functionalize
 from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError
 from fxdeploy.settings import Settings

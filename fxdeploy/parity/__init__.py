@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
+from fxdeploy.parity.boxes import CORNER_RTOL, Detections, box_iou
 from fxdeploy.parity.detections import DetectionComparison
-from fxdeploy.parity.match import CORNER_RTOL, Detections, ImageMatch, Rules, Tolerance, box_iou, match_image, pair
+from fxdeploy.parity.match import ImageMatch, Rules, Tolerance, match_image, pair
 from fxdeploy.parity.outputs import Comparison, Tolerances, compare_outputs, max_abs_error, reference_outputs
 from fxdeploy.parity.recognize import as_detections
 from fxdeploy.parity.tensors import TensorComparison, compare_tensor

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fxdeploy.parity.match import Detections, ImageMatch, Rules, Tolerance, match_image
+from fxdeploy.parity.boxes import Detections
+from fxdeploy.parity.match import ImageMatch, Rules, Tolerance, match_image
 
 
 @dataclass(frozen=True)

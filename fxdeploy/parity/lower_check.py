@@ -15,7 +15,7 @@ from fxdeploy.artifact import dims, structure
 from fxdeploy.capture import Captured, eval_mode, fixes, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import InferenceError, LoweringError, first_line
-from fxdeploy.parity import verify
+from fxdeploy.parity import rows, verify
 from fxdeploy.settings import Settings
 
 
@@ -42,14 +42,14 @@ def check_artifact(
             out = deployed.execute(dict(zip(deployed.input_names, inputs, strict=True)))
             return tuple(out[name] for name in deployed.output_names)
 
-        flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "constant"]
+        flags = rows.specs([leaf for leaf in leaves if leaf["kind"] != "constant"])
     else:
         eager_fn = _eager_call(model, captured, subs)
 
         def deployed_fn(inputs: list[torch.Tensor]) -> Any:
             return deployed.call_flat(inputs, unpack=False)
 
-        flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "hidden"]
+        flags = rows.specs([leaf for leaf in leaves if leaf["kind"] != "hidden"])
         example_want = captured.eager_outputs  # capture ran eager with the same substitutions
     def run_checks() -> list[dict[str, Any]]:
         return verify.run_checks(
@@ -109,7 +109,7 @@ def _verify_per_image(
     batch = dims.DimRange(info["dim"], info["min"], info["max"], min(max(info["opt"], info["min"]), info["max"]))
     shapes = [[info["dim"], *x.shape[1:]] for x in captured.batch_inputs]
     eager_fn = _eager_call(model, captured, subs)
-    flags = [_detection_flag(leaf) for leaf in leaves if leaf["kind"] != "hidden"]
+    visible = [leaf for leaf in leaves if leaf["kind"] != "hidden"]
     checks = []
     for label, sizes in verify.check_sizes({batch.name: batch}):
         inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
@@ -117,15 +117,8 @@ def _verify_per_image(
             images = [eager_fn([x[i : i + 1] for x in inputs]) for i in range(inputs[0].shape[0])]
         want = structure.join_images(images, info["join"])
         # per-image leaves repeat once per image in a list over the images
-        tiled = flags * inputs[0].shape[0] if info["join"]["kind"] == "concat" else None
+        tiled = rows.specs(visible, inputs[0].shape[0]) if info["join"]["kind"] == "concat" else None
         got = deployed.call_flat(inputs, unpack=False)
-        error = verify.compare(label, inputs, got, want, settings.atol, deployed.target, tiled, settings.precision)
-        checks.append({"label": label, "shapes": [list(x.shape) for x in inputs], "max_abs_error": error})
+        checked = verify.compare(label, inputs, got, want, settings.atol, deployed.target, tiled, settings.precision)
+        checks.append(verify.entry(label, inputs, checked))
     return checks
-
-
-def _detection_flag(leaf: dict[str, Any]) -> bool | int:
-    """verify's per-leaf flag: False, or the leaf's detection-rows dim (True where none is recorded)."""
-    if not leaf.get("detections"):
-        return False
-    return leaf.get("rows_dim", True)

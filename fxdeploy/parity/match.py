@@ -16,27 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-CORNER_RTOL = 5e-5
-"""Boxes whose corners agree to this fraction of their largest coordinate are the same box, whatever
-their IoU: IoU has no value on zero-area boxes (clipping makes them, a box past the image edge
-becoming x1 = x2 = W), and on a box 0.1 px thin a 0.001 px float difference costs 1% of IoU. A
-ResNet-50's float noise moves a decoded box by about 2e-5 of its coordinates (FCOS)."""
-
-
-@dataclass(frozen=True)
-class Detections:
-    """One image's detections: boxes [n, 4] (x1, y1, x2, y2), scores [n], labels [n], and any other
-    per-detection fields (keypoints [n, 17, 3], masks...). A role that is None does not take part
-    in pairing: lower()'s check sees bare output leaves, and not every leaf group has all three."""
-
-    boxes: torch.Tensor | None = None
-    scores: torch.Tensor | None = None
-    labels: torch.Tensor | None = None
-    fields: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        present = [t for t in (self.scores, self.labels, self.boxes, *self.fields.values()) if t is not None]
-        return int(present[0].shape[0]) if present else 0
+from fxdeploy.parity.boxes import Detections, box_iou
+from fxdeploy.parity.excuses import Context, excuse, out_of_order
 
 
 @dataclass(frozen=True)
@@ -79,26 +60,12 @@ class ImageMatch:
     field_mismatches: int = 0
     max_abs: float = 0.0
     """The largest difference over paired scores, boxes and fields."""
+    excused: dict[str, int] = field(default_factory=dict)
+    """How often each rule of fxdeploy.parity.excuses excused a difference."""
 
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def box_iou(a: torch.Tensor, b: torch.Tensor, corner_rtol: float = CORNER_RTOL) -> torch.Tensor:
-    """IoU matrix [len(a), len(b)] on normalized corners (either corner order allowed); 1 where the
-    corners agree to ``corner_rtol`` (0: only identical boxes), degenerate boxes included."""
-    a, b = _normalize(a.double()), _normalize(b.double())
-    top_left = torch.maximum(a[:, None, :2], b[None, :, :2])
-    bottom_right = torch.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = (bottom_right - top_left).clamp_min(0).prod(-1)
-    area_a = (a[:, 2:] - a[:, :2]).prod(-1)
-    area_b = (b[:, 2:] - b[:, :2]).prod(-1)
-    union = area_a[:, None] + area_b[None, :] - inter
-    iou = torch.where(union > 0, inter / union.clamp_min(1e-300), torch.zeros_like(union))
-    scale = torch.maximum(a.abs().amax(-1)[:, None], b.abs().amax(-1)[None, :]).clamp_min(1.0)
-    same = (a[:, None, :] - b[None, :, :]).abs().amax(-1) <= corner_rtol * scale
-    return torch.where(same, torch.ones_like(iou), iou)
 
 
 def pair(ref: Detections, got: Detections, iou: float = 0.99) -> list[tuple[int, int]]:
@@ -120,23 +87,31 @@ def pair(ref: Detections, got: Detections, iou: float = 0.99) -> list[tuple[int,
     return pairs
 
 
-def match_image(image: int, ref: Detections, got: Detections, rules: Rules | None = None) -> ImageMatch:
-    """Pair one image's detections, then check the counts, the unpaired rows and every field."""
-    rules = rules or Rules()
+def match_image(
+    image: int, ref: Detections, got: Detections, rules: Rules | None = None, ctx: Context | None = None
+) -> ImageMatch:
+    """Pair one image's detections, then check the unpaired rows (excused only by ``ctx``'s rules,
+    fxdeploy.parity.excuses), the order where ``ctx`` gives one, the counts and every field."""
+    rules, ctx = rules or Rules(), ctx or Context()
     pairs = pair(ref, got, rules.iou)
-    problems = [] if len(ref) == len(got) else [f"image {image}: {len(got)} detection(s), expected {len(ref)}"]
-    paired_ref, paired_got = {i for i, _ in pairs}, {j for _, j in pairs}
-    problems += [f"image {image} row {i}: missing {describe(ref, i)}" for i in range(len(ref)) if i not in paired_ref]
-    problems += [f"image {image}: extra {describe(got, j)} (row {j} of the result)"
-                 for j in range(len(got)) if j not in paired_got]
+    excused, missing, extra = excuse(ref, got, pairs, ctx)
+    swaps, order_problem = out_of_order(ref, got, pairs, ctx)
+    excused["tie"] += swaps
+    unexplained = (missing or extra) and len(ref) != len(got)
+    problems = [f"image {image}: {len(got)} detection(s), expected {len(ref)}"] if unexplained else []
+    problems += [f"image {image} row {i}: missing {describe(ref, i)}" for i in missing]
+    problems += [f"image {image}: extra {describe(got, j)} (row {j} of the result)" for j in extra]
+    problems += [f"image {image}: {order_problem}"] if order_problem else []
     score_diff, score_problem = _check(image, "score", ref.scores, got.scores, pairs, rules.scores)
     box_diff, box_problem = _check(image, "box", ref.boxes, got.boxes, pairs, rules.boxes)
-    field_diff, field_problems = _check_fields(image, ref, got, pairs, rules.fields)
+    field_diff, field_problems, mask_excuses = _check_fields(image, ref, got, pairs, rules.fields)
+    excused["mask_iou"] += mask_excuses
     found = [p for p in (score_problem, box_problem) if p] + field_problems
     overlap = _overlap(ref, got)
     worst_iou = min((float(overlap[i, j]) for i, j in pairs), default=1.0)
     return ImageMatch(image, len(pairs), len(ref) - len(pairs), len(got) - len(pairs), worst_iou, score_diff,
-                      tuple(problems + found), len(field_problems), max(score_diff, box_diff, field_diff))
+                      tuple(problems + found), len(field_problems), max(score_diff, box_diff, field_diff),
+                      {k: v for k, v in excused.items() if v})
 
 
 def describe(dets: Detections, row: int) -> str:
@@ -156,17 +131,51 @@ def describe(dets: Detections, row: int) -> str:
 
 def _check_fields(
     image: int, ref: Detections, got: Detections, pairs: list[tuple[int, int]], tol: Tolerance
-) -> tuple[float, list[str]]:
-    """Each per-detection field of the reference, on every pair."""
+) -> tuple[float, list[str], int]:
+    """Each per-detection field of the reference, on every pair; thresholded masks by their IoU."""
     problems = []
     if set(ref.fields) != set(got.fields):
         problems.append(f"image {image}: per-detection fields {sorted(got.fields)}, expected {sorted(ref.fields)}")
-    worst = 0.0
+    worst, masks = 0.0, 0
     for name in sorted(set(ref.fields) & set(got.fields)):
-        diff, problem = _check(image, name, ref.fields[name], got.fields[name], pairs, tol)
-        worst = max(worst, diff)
+        if is_mask(ref.fields[name]):
+            flipped, problem = _check_masks(image, name, ref.fields[name], got.fields[name], pairs)
+            masks += flipped
+        else:
+            diff, problem = _check(image, name, ref.fields[name], got.fields[name], pairs, tol)
+            worst = max(worst, diff)
         problems += [problem] if problem else []
-    return worst, problems
+    return worst, problems, masks
+
+
+MASK_IOU = 0.99
+"""Thresholded masks of a pair must overlap this much: float noise flips the few pixels whose value
+sits at the threshold, while a mask shifted by one row of a 100-row object loses 2%."""
+
+
+def is_mask(field: torch.Tensor) -> bool:
+    """A thresholded mask: [n, h, w] of booleans, or of floats that are all 0 or 1 (h, w > 3: not
+    keypoints, whose last dim holds 2 or 3 coordinates)."""
+    if field.dim() != 3 or field.numel() == 0 or min(field.shape[1:]) <= 3:
+        return False
+    return field.dtype == torch.bool or bool(((field == 0) | (field == 1)).all())
+
+
+def _check_masks(
+    image: int, name: str, want: torch.Tensor, have: torch.Tensor, pairs: list[tuple[int, int]]
+) -> tuple[int, str | None]:
+    """(pairs whose masks differ within MASK_IOU, the first pair past it)."""
+    flipped = 0
+    for i, j in pairs:
+        a, b = want[i].bool(), have[j].bool() if have[j].dtype == torch.bool else have[j] != 0
+        if a.shape != b.shape:
+            return flipped, f"image {image} row {i}: {name} of shape {tuple(b.shape)}, expected {tuple(a.shape)}"
+        union = int((a | b).sum())
+        iou = int((a & b).sum()) / union if union else 1.0
+        if iou < MASK_IOU:
+            return flipped, f"image {image} row {i}: {name} overlaps eager's by IoU {iou:.4f} < {MASK_IOU}"
+        flipped += int(iou < 1.0)
+    return flipped, None
 
 
 def _check(
@@ -222,9 +231,3 @@ def _field_gap(ref: Detections, got: Detections) -> torch.Tensor:
         distance = torch.cdist(a.reshape(len(a), -1), b.reshape(len(b), -1), p=float("inf"))
         gap = torch.maximum(gap, distance.nan_to_num(nan=float("inf")))
     return gap
-
-
-def _normalize(boxes: torch.Tensor) -> torch.Tensor:
-    x1, x2 = torch.minimum(boxes[:, 0], boxes[:, 2]), torch.maximum(boxes[:, 0], boxes[:, 2])
-    y1, y2 = torch.minimum(boxes[:, 1], boxes[:, 3]), torch.maximum(boxes[:, 1], boxes[:, 3])
-    return torch.stack([x1, y1, x2, y2], -1)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from fxdeploy.parity.match import Detections
+from fxdeploy.parity.boxes import Detections
 from fxdeploy.parity.tensors import as_tensor
 
 _NUM_SUFFIXES = ("num_dets", "num_detections")

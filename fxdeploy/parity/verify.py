@@ -8,8 +8,10 @@ names the input shapes, never a silent success.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,8 +22,8 @@ from fxdeploy.artifact import structure
 from fxdeploy.artifact.dims import size_of
 from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import LoweringError
-from fxdeploy.parity.match import Rules, Tolerance, match_image
-from fxdeploy.parity.rows import group_rows, per_image, roles
+from fxdeploy.parity.compare_rows import compare_rows
+from fxdeploy.parity.rows import RowsSpec
 
 MAX_CHECKED = 4096
 """An unbounded (or huge) max is checked at min(max, 2 * opt) instead; the manifest says so."""
@@ -69,18 +71,27 @@ def _like(example: torch.Tensor, dims: list[int], generator: torch.Generator) ->
     return torch.randint(int(low), int(high) + 1, dims, generator=generator).to(example.dtype)
 
 
+@dataclass(frozen=True)
+class Checked:
+    """One check's outcome: the largest error, and how often each excuse was used
+    (fxdeploy.parity.excuses: tie, score_threshold, iou_threshold; mask_iou)."""
+
+    max_abs_error: float
+    excused: dict[str, int] = field(default_factory=dict)
+
+
 def compare(
     label: str, inputs: list[torch.Tensor], got: Any, want: Any, atol: float, target: str,
-    detections: list[bool | int] | None = None, precision: str = "fp32",
-) -> float:
+    rows: Sequence[RowsSpec | bool | int | None] | None = None, precision: str = "fp32",
+) -> Checked:
     """Max error over tensor leaves; raise LoweringError naming the shapes on any mismatch.
 
-    Leaves computed from an NMS result (``detections``: per leaf False, True, or the dim that
-    indexes its rows) are detections, which runtimes order differently on equal scores: they are
-    paired per image by label and IoU (fxdeploy.parity.rows, .match). True (no dim recorded) takes
-    dim 1 of a batched leaf. Under fp16/bf16 they are not compared here, since a score that crosses
-    a threshold legitimately changes the set; the reduced-precision tolerance for detections is
-    documented and tested instead.
+    Leaves that hold rows (``rows``: per leaf its RowsSpec, from the manifest's output leaves;
+    True or an int, the rows dim, for a bare flag) are compared as rows: paired per image by label
+    and IoU (fxdeploy.parity.compare_rows), every field checked on the pairs, and only what float
+    noise can flip excused (fxdeploy.parity.excuses). Under fp16/bf16 they are not compared here,
+    since a score that crosses a threshold legitimately changes the set; the reduced-precision
+    tolerance for detections is documented and tested instead.
     """
     shapes = [tuple(x.shape) for x in inputs]
     got_leaves, _ = pytree.tree_flatten(structure.dataclasses_to_dicts(got))
@@ -88,56 +99,73 @@ def compare(
     where = f"the {target} artifact at the {label} input shapes {shapes}"
     if len(got_leaves) != len(want_leaves):
         raise LoweringError(f"{where} returns {len(got_leaves)} values, eager {len(want_leaves)}")
-    flags = detections if detections is not None and len(detections) == len(want_leaves) else [False] * len(want_leaves)
+    given = list(rows) if rows is not None and len(rows) == len(want_leaves) else [None] * len(want_leaves)
+    specs = [_spec(flag, ref) for flag, ref in zip(given, want_leaves, strict=True)]
     worst = 0.0
-    rows: dict[int, tuple[tuple[int, ...], int]] = {}
-    for index, (have, ref, flag) in enumerate(zip(got_leaves, want_leaves, flags, strict=True)):
-        rows_dim = _rows_dim(flag, ref)
+    row_leaves: dict[int, tuple[tuple[int, ...], RowsSpec]] = {}
+    counts: dict[int, RowsSpec] = {}
+    for index, (have, ref, spec) in enumerate(zip(got_leaves, want_leaves, specs, strict=True)):
         if not isinstance(ref, torch.Tensor):
             if have != ref:
                 raise LoweringError(f"{where}: output #{index} is {have!r}, eager gives {ref!r}")
             continue
-        if rows_dim is not None and precision != "fp32":
+        if spec is not None and spec.kind != "count" and precision != "fp32":
             continue
-        if tuple(have.shape) != tuple(ref.shape):
-            raise LoweringError(
-                f"{where}: output #{index} has shape {tuple(have.shape)}, eager gives {tuple(ref.shape)}"
-            )
-        if rows_dim is not None and ref.dim() > 0:
-            rows[index] = (tuple(ref.shape), rows_dim)
+        _check_shape(have, ref, spec, f"{where}: output #{index}")
+        if spec is not None and spec.kind == "count":
+            counts[index] = spec
+        elif spec is not None and ref.dim() > 0:
+            row_leaves[index] = (tuple(ref.shape), spec)
         else:
             worst = max(worst, _check_close(have, ref, atol, f"{where}: output #{index}"))
-    return max(worst, _check_rows(got_leaves, want_leaves, rows, atol, where))
+    trims = _count_trims(counts, row_leaves, got_leaves, want_leaves)
+    for index in set(counts) - set(trims.values()):
+        worst = max(worst, _check_close(got_leaves[index], want_leaves[index], atol, f"{where}: output #{index}"))
+    if precision != "fp32":
+        return Checked(worst)
+    error, excused = compare_rows(got_leaves, want_leaves, row_leaves, atol, where, trims)
+    return Checked(max(worst, error), excused)
 
 
-def _rows_dim(flag: bool | int | None, ref: Any) -> int | None:
-    """None for a plain leaf; else the dim of ``ref`` that indexes detection rows."""
+def entry(label: str, inputs: list[torch.Tensor], checked: Checked) -> dict[str, Any]:
+    """A check as the manifest's ``info.shape_checks`` records it, with the excuses it used."""
+    found = {"label": label, "shapes": [list(x.shape) for x in inputs], "max_abs_error": checked.max_abs_error}
+    return found | ({"excused": checked.excused} if checked.excused else {})
+
+
+def _spec(flag: RowsSpec | bool | int | None, ref: Any) -> RowsSpec | None:
+    """A bare flag as a spec: True takes dim 1 of a batched leaf (a manifest from before rows_dim)."""
+    if isinstance(flag, RowsSpec):
+        return flag
     if flag is None or flag is False:
         return None
     if flag is True:
-        return 1 if isinstance(ref, torch.Tensor) and ref.dim() >= 2 else 0
-    return int(flag)
+        return RowsSpec(1 if isinstance(ref, torch.Tensor) and ref.dim() >= 2 else 0)
+    return RowsSpec(int(flag))
 
 
-def _check_rows(
-    got: list[torch.Tensor], want: list[torch.Tensor], shapes: dict[int, tuple[tuple[int, ...], int]], atol: float,
-    where: str,
-) -> float:
-    """Order-insensitive: each group of detection leaves pairs per image by label and IoU, and every
-    paired value must agree to ``atol`` scaled by the largest of its field in the image."""
-    near = Tolerance(atol, of_largest=True)
-    rules = Rules(scores=near, fields=near, boxes=near)
-    reference, result = dict(enumerate(want)), dict(enumerate(got))
-    worst = 0.0
-    for group in group_rows(shapes):
-        named = roles(group, reference)
-        ref_images, got_images = per_image(group, reference, named), per_image(group, result, named)
-        for image, (ref, have) in enumerate(zip(ref_images, got_images, strict=True)):
-            matched = match_image(image, ref, have, rules)
-            if matched.problems:
-                raise LoweringError(f"{where}: {group.name}: " + "; ".join(matched.problems[:3]))
-            worst = max(worst, matched.max_abs)
-    return worst
+def _check_shape(have: torch.Tensor, ref: torch.Tensor, spec: RowsSpec | None, where: str) -> None:
+    """Equal shapes; rows may differ in number (a flip), along their dim only."""
+    same = tuple(have.shape) == tuple(ref.shape)
+    if not same and spec is not None and spec.kind not in ("count", "ranked") and have.dim() == ref.dim():
+        same = all(have.shape[d] == ref.shape[d] for d in range(ref.dim()) if d != spec.dim)
+    if not same:
+        raise LoweringError(f"{where} has shape {tuple(have.shape)}, eager gives {tuple(ref.shape)}")
+
+
+def _count_trims(
+    counts: dict[int, RowsSpec], rows: dict[int, tuple[tuple[int, ...], RowsSpec]], got: list[Any], want: list[Any]
+) -> dict[int, int]:
+    """Row leaf -> the count leaf of its NMS (num_dets) that trims its padded rows, where one count
+    per image stands on each side."""
+    trims = {}
+    for index, (shape, spec) in rows.items():
+        images = math.prod(shape[: spec.dim])
+        for count, count_spec in counts.items():
+            same_nms = spec.nms is not None and count_spec.nms == spec.nms
+            if same_nms and want[count].numel() == images == got[count].numel():
+                trims[index] = count
+    return trims
 
 
 def _check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str) -> float:
@@ -160,7 +188,7 @@ def _check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str)
 def run_checks(
     target: str, dims: dict[str, Any], examples: list[torch.Tensor], shapes: list[list[int | str]],
     deployed_fn: Callable[[list[torch.Tensor]], Any], eager_fn: Callable[[list[torch.Tensor]], Any],
-    atol: float, detections: list[bool | int] | None = None, precision: str = "fp32", example_want: Any = None,
+    atol: float, detections: Sequence[RowsSpec | None] | None = None, precision: str = "fp32", example_want: Any = None,
     names: Sequence[str] = (), guards: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Each check: its label, the input shapes, and the max error; raises on the first mismatch.
@@ -183,8 +211,8 @@ def run_checks(
         else:
             with torch.no_grad():
                 want = eager_fn(inputs)
-        error = compare(label, inputs, deployed_fn(inputs), want, atol, target, detections, precision)
-        results.append({"label": label, "shapes": [list(x.shape) for x in inputs], "max_abs_error": error})
+        checked = compare(label, inputs, deployed_fn(inputs), want, atol, target, detections, precision)
+        results.append(entry(label, inputs, checked))
     return results
 
 

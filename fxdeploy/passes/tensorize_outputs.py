@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from fxdeploy.ops.names import is_nms
 from fxdeploy.passes.base import PassResult
+from fxdeploy.passes.output_rows import describe_rows
 from fxdeploy.passes.record import GraphRecord, record, update
 from fxdeploy.settings import Settings
 
@@ -29,12 +29,12 @@ def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResul
         raise ValueError(f"{len(names)} output names for {len(leaves)} graph outputs")
     described: list[dict[str, Any]] = []
     kept: list[torch.fx.Node] = []
-    after_nms = _nms_descendants(gm)
+    trimmed = {leaf: known.trim[name].dim for leaf, name in zip(leaves, names, strict=True) if name in known.trim}
+    rows = describe_rows(gm, leaves, trimmed)
     modified = False
     for leaf, name in zip(leaves, names, strict=True):
         if isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor):
-            rows_dim = _rows_dim(leaf.meta["val"], after_nms[leaf]) if leaf in after_nms else None
-            described.append(_tensor_leaf(name, known, leaf in after_nms, rows_dim))
+            described.append(_tensor_leaf(name, known, rows.get(leaf), names))
             kept.append(leaf)
         elif isinstance(leaf, torch.fx.Node):
             with gm.graph.inserting_before(output):
@@ -55,43 +55,16 @@ def tensorize_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResul
     return PassResult(gm, modified)
 
 
-def _nms_descendants(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, int | None]:
-    """Nodes computed from an NMS result (their row order is only defined up to score ties), each
-    with its NMS's row count K (``keep_top_k``), where that is static. A node after several NMS
-    calls (a two-stage detector's proposals, then its detections) takes the last one's K."""
-    found: dict[torch.fx.Node, int | None] = {}
-    for nms in reversed(gm.graph.nodes):
-        if not is_nms(nms):
-            continue
-        val = nms.meta.get("val")
-        first = val[0] if isinstance(val, (list, tuple)) and val else val
-        shape = getattr(first, "shape", ())
-        rows = shape[1] if len(shape) >= 2 and isinstance(shape[1], int) else None
-        frontier = [nms]
-        while frontier:
-            node = frontier.pop()
-            if node not in found:
-                found[node] = rows
-                frontier.extend(node.users)
-    return found
-
-
-def _rows_dim(value: torch.Tensor, rows: int | None) -> int | None:
-    """The dim that indexes detection rows: [B, K, ...] gives 1, one image's [K, ...] gives 0."""
-    if rows is None:
-        return None
-    return next((d for d, size in enumerate(value.shape) if isinstance(size, int) and size == rows), None)
-
-
-def _tensor_leaf(name: str, known: GraphRecord, detections: bool, rows_dim: int | None) -> dict[str, Any]:
-    leaf: dict[str, Any] = {"kind": "hidden" if name in known.hidden else "tensor", "name": name}
-    if detections:
-        leaf["detections"] = True
-    if rows_dim is not None:
-        leaf["rows_dim"] = rows_dim
+def _tensor_leaf(name: str, known: GraphRecord, rows: dict[str, Any] | None, names: list[str]) -> dict[str, Any]:
+    """A tensor output's description; where it holds rows that float noise may reorder or flip
+    (``fxdeploy.passes.output_rows``), what lower()'s check needs to compare them as rows."""
+    described: dict[str, Any] = {"kind": "hidden" if name in known.hidden else "tensor", "name": name}
     if name in known.trim:
-        leaf["trim"] = known.trim[name].to_dict()
-    return leaf
+        described["trim"] = known.trim[name].to_dict()
+    if rows is not None:
+        described["detections"] = rows["rows"] != "count"
+        described.update({k: names[v] if k == "rank_key" else v for k, v in rows.items()})
+    return described
 
 
 def _scalar_type(node: torch.fx.Node) -> str:

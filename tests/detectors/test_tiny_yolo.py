@@ -64,7 +64,7 @@ def test_tiny_yolo_without_substitution(target: str, tmp_path: Path) -> None:
     assert deployed.manifest["per_image"]["dim"] == "batch"
     deployed.save(tmp_path / "tiny_yolo")
     loaded = fxdeploy.load(tmp_path / "tiny_yolo")
-    for batch, seed in ((1, 3), (4, 1)):
+    for batch, seed in ((1, 3), (4, 1), (8, 2)):
         x = images(batch, seed)
         with torch.no_grad():
             want = model(x)

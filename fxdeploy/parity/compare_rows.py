@@ -1,0 +1,69 @@
+"""lower()'s check of the output leaves that hold rows: per group of leaves, per image, as sets.
+
+The groups, their roles and their specs are ``fxdeploy.parity.rows``'s; the pairing and the
+per-field checks ``fxdeploy.parity.match``'s; what float noise may flip ``fxdeploy.parity.excuses``'s.
+An NMS's rows are first cut at its count (``num_dets``, each side by its own) where an output
+holds it, or at the NMS_SPEC padding (label -1) where the group has labels.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+
+from fxdeploy.errors import LoweringError
+from fxdeploy.parity.boxes import Detections
+from fxdeploy.parity.match import Rules, Tolerance, match_image
+from fxdeploy.parity.rows import RowsSpec, group_rows, per_image, roles, row_columns
+
+
+def compare_rows(
+    got: list[Any], want: list[Any], leaves: dict[int, tuple[tuple[int, ...], RowsSpec]], atol: float, where: str,
+    trims: dict[int, int],
+) -> tuple[float, dict[str, int]]:
+    """The largest paired difference and the excuses used; LoweringError on the first image whose
+    rows differ beyond them. Every paired value must agree to ``atol`` scaled by the largest of its
+    field in the image; ``trims``: row leaf -> the count leaf that cuts its padded rows."""
+    near = Tolerance(atol, of_largest=True)
+    rules = Rules(scores=near, fields=near, boxes=near)
+    reference, result = dict(enumerate(want)), dict(enumerate(got))
+    worst, excused = 0.0, Counter[str]()
+    for group in group_rows(leaves):
+        named = roles(group, reference, group.spec.key)
+        columns = row_columns(group, reference)
+        count = next((trims[i] for i in group.indices if i in trims), None)
+        ref_images = _valid(per_image(group, reference, named, columns), want[count] if count is not None else None)
+        got_images = _valid(per_image(group, result, named, columns), got[count] if count is not None else None)
+        for image, (ref, have) in enumerate(zip(ref_images, got_images, strict=True)):
+            ctx = group.spec.context(_score_eps(ref, atol))
+            matched = match_image(image, ref, have, rules, ctx)
+            if matched.problems:
+                raise LoweringError(f"{where}: {group.name}: " + "; ".join(matched.problems[:3]))
+            worst = max(worst, matched.max_abs)
+            excused.update(matched.excused)
+    return worst, dict(excused)
+
+
+def _valid(images: list[Detections], counts: torch.Tensor | None) -> list[Detections]:
+    """Each image's rows before its count, or without the NMS padding (label -1)."""
+    if counts is not None:
+        return [_rows(d, torch.arange(len(d)) < int(n)) for d, n in zip(images, counts.flatten().tolist(), strict=True)]
+    return [_rows(d, d.labels >= 0) if d.labels is not None else d for d in images]
+
+
+def _rows(dets: Detections, keep: torch.Tensor) -> Detections:
+    if bool(keep.all()):
+        return dets
+    cut = [None if t is None else t[keep] for t in (dets.boxes, dets.scores, dets.labels)]
+    return Detections(*cut, {name: t[keep] for name, t in dets.fields.items()})
+
+
+def _score_eps(ref: Detections, atol: float) -> float:
+    """How far apart two scores of this image may be and still be the same score: the check's own
+    tolerance, scaled by the largest score (as the paired scores are compared)."""
+    if ref.scores is None or not len(ref):
+        return atol
+    finite = ref.scores.double()[torch.isfinite(ref.scores.double())]
+    return atol * max(1.0, float(finite.abs().max())) if finite.numel() else atol
