@@ -23,6 +23,7 @@ from fxdeploy.errors import (
     LoweringError,
     RegistryError,
     UnpackWarning,
+    UnverifiedWarning,
     first_line,
 )
 from fxdeploy.parity.lower_check import check_artifact
@@ -115,6 +116,7 @@ def _lower_graph(
         lowered = _lower(chosen, job)
         manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
         manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}
+        manifest["info"]["verified"] = settings.verify  # False: the user turned lower()'s check off
         executor = chosen.load(out_dir, manifest, settings)
     except BaseException:
         workdir.cleanup()  # nothing owns it yet; from here on the Deployed removes it
@@ -234,6 +236,12 @@ def load(
             f"{root}: the {chosen.name} runtime could not load {', '.join(manifest['files']) or 'its files'} "
             f"({type(exc).__name__}: {str(exc).strip()[:300]})"
         ) from exc
+    if manifest.get("info", {}).get("verified") is False:
+        warnings.warn(
+            f"{root}: lowered with verify=False, so nothing compared this artifact with the model it came from; "
+            "lower it again with the check on (the default) before trusting its outputs",
+            UnverifiedWarning, stacklevel=2,
+        )
     needed = manifest.get("info", {}).get("unpack")
     if unpack is None and needed:
         warnings.warn(

@@ -180,6 +180,11 @@ class Deployed:
                 result = structure.dicts_to_dataclasses(self._template, result)
         return self._unpacked(result, unpack)
 
+    def unpack(self, result: Any) -> Any:
+        """A tensor-only result (``call_flat(..., unpack=False)``) as the model returns it: the
+        substitutions' unpacks applied, where there are any."""
+        return self._unpacked(result, True)
+
     def _unpacked(self, result: Any, unpack: bool) -> Any:
         for unpacker in self._unpacks if unpack else ():
             result = unpacker(result)

@@ -44,6 +44,10 @@ class UnpackWarning(UserWarning):
     """A loaded artifact was lowered with a substitution's unpack, which is code and so not saved."""
 
 
+class UnverifiedWarning(UserWarning):
+    """A loaded artifact was lowered with ``verify=False``: nothing compared it with its model."""
+
+
 def first_line(exc: BaseException, limit: int = 400) -> str:
     """``Type: first line of the message``, for errors that relay another library's exception."""
     text = str(exc).strip()

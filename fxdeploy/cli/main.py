@@ -111,9 +111,15 @@ def _cmd_lower(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import warnings
+
     import fxdeploy
 
-    deployed = fxdeploy.load(args.artifact)
+    with warnings.catch_warnings(record=True) as caught:  # each one line, as the CLI prints errors
+        warnings.simplefilter("always")
+        deployed = fxdeploy.load(args.artifact)
+    for warning in caught:
+        print(f"fxdeploy: warning: {warning.message}", file=sys.stderr)
     if args.inputs:
         with np.load(args.inputs, allow_pickle=False) as data:
             feeds = {name: torch.from_numpy(data[name]) for name in data.files}

@@ -34,15 +34,29 @@ def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> 
     lines += _passes(deployed.report)
     lines += ["", "## Nodes the target could not take", ""]
     lines += _host_stages(manifest)
-    lines += ["", "## Shape checks against eager", "", "| check | input shapes | max abs error |", "|---|---|---|"]
-    for check in info.get("shape_checks", []):
-        error = check["max_abs_error"]
-        shown = f"skipped: breaks {check['skipped']}" if error is None else f"{error:.3g}"
-        lines.append(f"| {check['label']} | {check['shapes']} | {shown} |")
+    lines += ["", "## Shape checks against eager", ""]
+    lines += _checks(info)
     if manifest.get("guards"):
         lines += ["", "## Guards (Deployed refuses inputs that break one)", ""]
         lines += [f"- `{guard}`" for guard in manifest["guards"]]
     return "\n".join(lines) + "\n"
+
+
+def _checks(info: dict[str, Any]) -> list[str]:
+    """Each check, with the float-noise excuses it used (docs/checking.md), or why there is none."""
+    if info.get("verified") is False:
+        return ["Not checked: lowered with verify=False."]
+    rows = ["| check | input shapes | max abs error | excused (docs/checking.md) |", "|---|---|---|---|"]
+    original = info.get("original_check")
+    checks = [*info.get("shape_checks", []), *([dict(original, label="the model without substitutions",
+                                                     max_abs_error=None)] if original else [])]
+    for check in checks:
+        error = check["max_abs_error"]
+        shown = "paired" if error is None else f"{error:.3g}"
+        shown = f"skipped: breaks {check['skipped']}" if check.get("skipped") else shown
+        excused = ", ".join(f"{rule} {n}" for rule, n in sorted(check.get("excused", {}).items())) or "none"
+        rows.append(f"| {check['label']} | {check['shapes']} | {shown} | {excused} |")
+    return rows
 
 
 def _passes(report: Any) -> list[str]:

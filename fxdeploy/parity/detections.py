@@ -7,11 +7,16 @@ Padding rows past ``num_dets`` never reach it (fxdeploy.parity.recognize drops t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from fxdeploy.parity.boxes import Detections
+from fxdeploy.parity.excuses import Context
 from fxdeploy.parity.match import ImageMatch, Rules, Tolerance, match_image
+from fxdeploy.parity.rows import as_rows, columns_of
 
 
 @dataclass(frozen=True)
@@ -66,3 +71,20 @@ def compare_detections(
     rules = Rules(iou, Tolerance(score_atol), Tolerance(*field_tol))
     images = [match_image(i, r, g, rules) for i, (r, g) in enumerate(zip(ref, got, strict=True))]
     return DetectionComparison(name, images, iou, score_atol)
+
+
+def compare_row_tensor(
+    name: str, ref: torch.Tensor, got: torch.Tensor, ctx: Context, score_atol: float,
+    field_tol: tuple[float, float] = (1e-4, 1e-3),
+) -> DetectionComparison:
+    """One image's rows held in one tensor [n, F] (a substitution's unpacked detections,
+    ``fxdeploy.parity.probe``): paired as rows, their columns' roles read off the reference."""
+    if ref.dim() != 2 or got.dim() != 2 or ref.shape[1] != got.shape[1]:
+        return DetectionComparison(name, [], problem=f"rows of shape {tuple(got.shape)}, expected {tuple(ref.shape)}")
+    columns = columns_of(ref[None])
+    rules = Rules(0.99, Tolerance(score_atol), Tolerance(*field_tol))
+    want, have = as_rows(ref, columns), as_rows(got, columns)
+    largest = float(want.scores.double().abs().max()) if want.scores is not None and len(want) else 1.0
+    ctx = dataclasses.replace(ctx, score_eps=score_atol * max(1.0, largest))
+    match = match_image(0, want, have, rules, ctx)
+    return DetectionComparison(name, [match], 0.99, score_atol)

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from fxdeploy.capture import eval_mode
-from fxdeploy.parity.detections import DetectionComparison, compare_detections
+from fxdeploy.parity.detections import DetectionComparison, compare_detections, compare_row_tensor
+from fxdeploy.parity.excuses import Context
 from fxdeploy.parity.recognize import as_detections
 from fxdeploy.parity.tensors import TensorComparison, as_tensor, compare_tensor, compare_value
 
@@ -24,10 +25,14 @@ class Tolerances:
     score_atol: float = 1e-4
 
 
-def compare_outputs(ref: Any, got: Any, tol: Tolerances | None = None) -> list[Comparison]:
-    """One comparison per tensor leaf or per detection group, named by its path in the output."""
+def compare_outputs(
+    ref: Any, got: Any, tol: Tolerances | None = None, rows: dict[str, Context] | None = None
+) -> list[Comparison]:
+    """One comparison per tensor leaf or per detection group, named by its path in the output;
+    ``rows``: paths of tensors that hold one image's rows ([n, F]), compared as rows with their
+    context (``fxdeploy.parity.probe`` finds them in a substitution's unpacked output)."""
     results: list[Comparison] = []
-    _walk("", ref, got, tol or Tolerances(), results)
+    _walk("", ref, got, tol or Tolerances(), results, rows or {})
     return results
 
 
@@ -35,9 +40,12 @@ def max_abs_error(results: list[Comparison]) -> float:
     return max((r.max_abs for r in results), default=0.0)
 
 
-def _walk(path: str, ref: Any, got: Any, tol: Tolerances, out: list[Comparison]) -> None:
+def _walk(path: str, ref: Any, got: Any, tol: Tolerances, out: list[Comparison], rows: dict[str, Context]) -> None:
     name = path or "output"
     ref, got = _plain(ref), _plain(got)
+    if path in rows and isinstance(ref, torch.Tensor) and isinstance(got, torch.Tensor):
+        out.append(compare_row_tensor(name, ref, got, rows[path], tol.score_atol, (tol.atol, tol.rtol)))
+        return
     ref_dets = as_detections(ref)
     if ref_dets is not None:
         got_dets = as_detections(got)
@@ -58,7 +66,7 @@ def _walk(path: str, ref: Any, got: Any, tol: Tolerances, out: list[Comparison])
             out.append(_mismatch(name, f"{_describe(got)}, expected dict with keys {sorted(map(str, ref))}"))
             return
         for key in ref:
-            _walk(f"{path}.{key}" if path else str(key), ref[key], got[key], tol, out)
+            _walk(f"{path}.{key}" if path else str(key), ref[key], got[key], tol, out, rows)
         return
     ref_t, got_t = _leaf(ref), _leaf(got)
     if ref_t is not None:
@@ -72,7 +80,7 @@ def _walk(path: str, ref: Any, got: Any, tol: Tolerances, out: list[Comparison])
             out.append(_mismatch(name, f"{_describe(got)}, expected a sequence of {len(ref)}"))
             return
         for index, (r, g) in enumerate(zip(ref, got, strict=True)):
-            _walk(f"{path}.{index}" if path else str(index), r, g, tol, out)
+            _walk(f"{path}.{index}" if path else str(index), r, g, tol, out, rows)
         return
     out.append(compare_value(name, ref, got))
 

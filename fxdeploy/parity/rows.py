@@ -131,23 +131,29 @@ def per_image(group: RowGroup, leaves: dict[int, torch.Tensor], named: dict[int,
         parts = {named[i]: t[image] for i, t in flat.items()}
         if columns is not None:
             (whole,) = parts.values()
-            parts = {role: whole[..., cols] for role, cols in columns.items()}
+            out.append(as_rows(whole, columns))
+            continue
         fields = {name: t for name, t in parts.items() if name not in _ROLES}
         out.append(Detections(parts.get("boxes"), parts.get("scores"), parts.get("labels"), fields))
     return out
 
 
 def row_columns(group: RowGroup, reference: dict[int, torch.Tensor]) -> dict[str, Any] | None:
-    """For a group of one float leaf of whole rows [..., K, F], F > 4: which columns hold the box
-    (four columns with x1 <= x2 and y1 <= y2 in every row), the score (the one column that never
-    rises down the rows of any image, as an NMS orders them) and the label (the one column of whole
-    numbers >= 0 besides); the rest stay fields. None where no score column is found."""
+    """For a group of one float leaf of whole rows [..., K, F], F > 4, the roles of its columns
+    (``columns_of``); None where the group is not one such leaf or no score column is found."""
     (index,) = group.indices if len(group.indices) == 1 else (None,)
     leaf = reference.get(index) if index is not None else None
     if leaf is None or not leaf.is_floating_point() or leaf.dim() != group.rows_dim + 2 or leaf.shape[-1] <= 4:
         return None
-    images = _images(leaf, group.rows_dim).double()
-    if images.shape[1] < 3:
+    return columns_of(_images(leaf, group.rows_dim))
+
+
+def columns_of(images: torch.Tensor) -> dict[str, Any] | None:
+    """Which columns of [images, K, F] rows hold the box (four columns with x1 <= x2 and y1 <= y2 in
+    every row), the score (the one column that never rises down the rows of any image, as an NMS
+    orders them) and the label (the one column of whole numbers >= 0 besides); the rest stay fields."""
+    images = images.double()
+    if images.shape[1] < 3 or images.shape[-1] <= 4:
         return None  # too few rows to tell a score column from chance
     falling = ((images[:, 1:] <= images[:, :-1]) | images[:, 1:].isnan()).all(1).all(0)
     scores = falling.nonzero().flatten().tolist()
@@ -168,6 +174,15 @@ def row_columns(group: RowGroup, reference: dict[int, torch.Tensor]) -> dict[str
     if rest:
         columns["rest"] = rest
     return columns
+
+
+def as_rows(leaf: torch.Tensor, columns: dict[str, Any] | None) -> Detections:
+    """One image's [n, F] rows as Detections: by ``columns``, or the whole row as one field."""
+    if columns is None:
+        return Detections(fields={"row": leaf})
+    parts = {role: leaf[..., cols] for role, cols in columns.items()}
+    return Detections(parts.get("boxes"), parts.get("scores"), parts.get("labels"),
+                      {n: t for n, t in parts.items() if n not in _ROLES})
 
 
 def _corners(columns: torch.Tensor) -> bool:

@@ -217,20 +217,27 @@ def run_checks(
 
 
 def against_original(
-    deployed: Any, model: torch.nn.Module, example: tuple[tuple[Any, ...], dict[str, Any]], substitutions: list[str],
-    atol: float,
-) -> None:
+    deployed: Any, model: torch.nn.Module, flat: list[torch.Tensor], in_spec: pytree.TreeSpec,
+    substitutions: list[str], atol: float,
+) -> dict[str, int]:
     """The artifact against the model the user gave, run eagerly with no substitution, on the
     example: a substitution that computes something else (keypoints gathered one anchor off)
     fails here, whatever the substituted reference says. Compared as the user sees the outputs:
-    eager's structure, detections paired by label and IoU, every per-detection field included."""
+    eager's structure, detections paired by label and IoU, every per-detection field included;
+    the rows an unpack returns in plain tensors ([n, 15] per image) are found by probing it
+    (``fxdeploy.parity.probe``) and compared as rows too. Returns the excuses used."""
     from fxdeploy.capture import eval_mode
     from fxdeploy.parity.outputs import Tolerances, compare_outputs
+    from fxdeploy.parity.probe import row_paths
+    from fxdeploy.parity.rows import specs
 
-    args, kwargs = example
+    args, kwargs = pytree.tree_unflatten(flat, in_spec)
     with torch.no_grad(), eval_mode(model):
         want = model(*args, **kwargs)
-    results = compare_outputs(want, deployed(*args, **kwargs), Tolerances(atol=atol, score_atol=atol))
+    result = deployed.call_flat(flat, unpack=False)
+    visible = [leaf for leaf in deployed.manifest["output_leaves"] if leaf["kind"] not in ("hidden", "constant")]
+    paths = row_paths(deployed.unpack, result, specs(visible), 0.0)
+    results = compare_outputs(want, deployed.unpack(result), Tolerances(atol=atol, score_atol=atol), rows=paths)
     wrong = [r for r in results if not r.ok]
     if wrong:
         raise LoweringError(
@@ -239,3 +246,8 @@ def against_original(
             + "; ".join(f"{r.name}: {r.detail}" for r in wrong[:3])
             + ". A substitution must compute what the code it replaces computes"
         )
+    excused: dict[str, int] = {}
+    for image in (m for r in results for m in getattr(r, "images", [])):
+        for rule, count in image.excused.items():
+            excused[rule] = excused.get(rule, 0) + count
+    return excused
