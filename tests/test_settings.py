@@ -16,7 +16,7 @@ from fxdeploy.settings import CaptureSettings, Settings
 from fxdeploy.targets.sections import NcnnSettings, OnnxSettings, TensorRTSettings
 from tests.helpers import ROOT
 
-PYTHON = Settings(
+PYTHON = Settings(  # every field away from its default, the flag included: the subject is the settings themselves
     threads=3, precision="fp16", verify=False, capture=CaptureSettings(mode="strict"),
     sections={"ncnn": NcnnSettings(fp16=True), "onnx": OnnxSettings(opset=21),
               "tensorrt": TensorRTSettings(workspace_gib=1.5)},
@@ -131,7 +131,7 @@ def test_an_artifact_saved_with_the_retired_nms_section_still_loads(tmp_path) ->
     from examples.models import convnet
 
     model, (x,) = convnet()
-    path = fxdeploy.lower(model, (x,), settings=fxdeploy.Settings(verify=False)).save(tmp_path / "a")
+    path = fxdeploy.lower(model, (x,)).save(tmp_path / "a")
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["settings"]["nms"] = {"iou_threshold": 0.5, "score_threshold": 0.05}
     (path / "manifest.json").write_text(json.dumps(manifest))

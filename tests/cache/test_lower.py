@@ -24,7 +24,7 @@ from fxdeploy.cache import (
 from fxdeploy.cache import key as cache_keys
 from fxdeploy.capture import substitution
 
-FAST = fxdeploy.Settings(verify=False)
+DEFAULT = fxdeploy.Settings()
 DYNAMIC = {"x": {0: "batch"}}
 
 
@@ -48,12 +48,12 @@ class Builds:
 @pytest.fixture(scope="module")
 def convnet() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], fxdeploy.Deployed]:
     model, inputs = models.convnet()
-    return model, inputs, fxdeploy.lower(model, inputs, dynamic_shapes=DYNAMIC, settings=FAST)
+    return model, inputs, fxdeploy.lower(model, inputs, dynamic_shapes=DYNAMIC, settings=DEFAULT)
 
 
 def lower_cached(
     model: torch.nn.Module, inputs: tuple[Any, ...], build: Callable[[], fxdeploy.Deployed], cache_dir: Path,
-    settings: fxdeploy.Settings = FAST, max_bytes: int = 2**30, subs: dict[Any, Any] | None = None,
+    settings: fxdeploy.Settings = DEFAULT, max_bytes: int = 2**30, subs: dict[Any, Any] | None = None,
     dynamic: Any = DYNAMIC,
 ) -> tuple[fxdeploy.Deployed, bool]:
     """What lower() does with the cache on."""
@@ -66,7 +66,7 @@ def lower_cached(
 
 def test_miss_then_hit_gives_identical_outputs(tmp_path: Path) -> None:
     model, inputs = models.convnet()
-    build = Builds(lambda: fxdeploy.lower(model, inputs, dynamic_shapes=DYNAMIC, settings=FAST))
+    build = Builds(lambda: fxdeploy.lower(model, inputs, dynamic_shapes=DYNAMIC, settings=DEFAULT))
     first, hit1 = lower_cached(model, inputs, build, tmp_path)
     second, hit2 = lower_cached(model, inputs, build, tmp_path)
     assert (hit1, hit2, build.calls) == (False, True, 1)
@@ -84,7 +84,7 @@ def test_miss_then_hit_gives_identical_outputs(tmp_path: Path) -> None:
 def test_a_hit_keeps_the_substitution_unpack(tmp_path: Path) -> None:
     model, inputs = face_detector.kornia_yunet()
     dynamic, subs = {"image": {0: "batch"}}, face_detector.substitutions()
-    build = Builds(lambda: fxdeploy.lower(model, inputs, dynamic_shapes=dynamic, settings=FAST, substitutions=subs))
+    build = Builds(lambda: fxdeploy.lower(model, inputs, dynamic_shapes=dynamic, settings=DEFAULT, substitutions=subs))
     first, _ = lower_cached(model, inputs, build, tmp_path, subs=subs, dynamic=dynamic)
     second, hit = lower_cached(model, inputs, build, tmp_path, subs=subs, dynamic=dynamic)
     assert hit and build.calls == 1
@@ -233,12 +233,12 @@ def test_default_root_follows_the_environment(tmp_path: Path) -> None:
 def test_uncacheable_parts_fall_back_to_an_uncached_build(convnet: Any, tmp_path: Path) -> None:
     _, _, deployed = convnet
     build = Builds(lambda: deployed)
-    result, hit = cached_lower("onnxruntime", {"bad": object()}, build, FAST.to_dict(), tmp_path)
+    result, hit = cached_lower("onnxruntime", {"bad": object()}, build, DEFAULT.to_dict(), tmp_path)
     assert result is deployed and not hit and build.calls == 1
     sparse = torch.nn.Linear(2, 2)
     sparse.register_buffer("mask", torch.eye(2).to_sparse())
     parts = lambda: model_parts(sparse, (torch.randn(1, 2),), None, None, [])  # noqa: E731
-    result, hit = cached_lower("onnxruntime", parts, build, FAST.to_dict(), tmp_path)
+    result, hit = cached_lower("onnxruntime", parts, build, DEFAULT.to_dict(), tmp_path)
     assert result is deployed and not hit and build.calls == 2
     assert not (tmp_path / "v1").exists()
 

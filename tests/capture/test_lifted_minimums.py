@@ -72,6 +72,7 @@ def test_where_the_declared_min_fails_the_narrowed_range_stands(monkeypatch: pyt
 
 
 def test_without_lowers_check_the_narrowed_range_stands() -> None:
+    # this test's subject is the flag: with lower()'s check off, torch.export's narrowing stays
     deployed, dim_warnings = _lower(verify=False)
     assert deployed.manifest["dims"]["k"]["min"] == 2
     assert len(dim_warnings) == 1 and "narrowed by torch.export to [2, 4]" in dim_warnings[0]

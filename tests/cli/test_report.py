@@ -18,8 +18,7 @@ from tests.helpers import ROOT, require_target
 def test_an_ncnn_plan_names_its_host_stages_and_their_ops() -> None:
     require_target("ncnn")
     model, inputs = tiny_yolo()
-    deployed = fxdeploy.lower(model, inputs, target="ncnn", dynamic_shapes={"images": {0: ("batch", 1, 8)}},
-                              settings=fxdeploy.Settings(verify=False))
+    deployed = fxdeploy.lower(model, inputs, target="ncnn", dynamic_shapes={"images": {0: ("batch", 1, 8)}})
     report = render_report(deployed)
     section = report.split("## Nodes the target could not take")[1].split("##")[0]
     assert "stages (0: engine" in section and ": host" in section, section
@@ -29,7 +28,7 @@ def test_an_ncnn_plan_names_its_host_stages_and_their_ops() -> None:
 def test_a_graph_that_runs_whole_in_the_engine_says_so() -> None:
     model, (x,) = convnet()
     with torch.no_grad():
-        report = render_report(fxdeploy.lower(model, (x,), settings=fxdeploy.Settings(verify=False)))
+        report = render_report(fxdeploy.lower(model, (x,)))
     assert "None: the whole graph runs in the engine." in report
 
 

@@ -83,6 +83,8 @@ def test_without_substitution_the_keypoints_match() -> None:
 def test_compare_catches_a_wrong_per_detection_field() -> None:
     model, images = _model_and_images()
     wrong = {TinyPose.postprocess: Substitution(TinyPose.postprocess, off_by_one, unpack=unpack)}
+    # this test's subject is what lower()'s check catches: with it off, a wrong artifact is written,
+    # marked unverified, and fxdeploy compare still reports it
     deployed = fxdeploy.lower(model, (images,), target="onnxruntime", substitutions=wrong,
                               settings=fxdeploy.Settings(verify=False))
     with torch.no_grad():

@@ -20,7 +20,6 @@ from fxdeploy.integrations.triton import TritonExportError, export_triton
 from fxdeploy.integrations.triton_config import DATA_TYPES, DEFAULT_MAX_BATCH
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = fxdeploy.Settings(verify=False)  # verification is tested elsewhere; here only the layout matters
 
 
 def _model_config_pb2() -> Any:
@@ -66,7 +65,7 @@ def assert_matches(model_dir: Path, art: Path, batched: bool) -> Any:
 @pytest.fixture(scope="module")
 def convnet_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model, inputs = models.convnet()
-    deployed = fxdeploy.lower(model, inputs, dynamic_shapes={"x": {0: "batch"}}, settings=FAST)
+    deployed = fxdeploy.lower(model, inputs, dynamic_shapes={"x": {0: "batch"}})
     return deployed.save(tmp_path_factory.mktemp("art") / "convnet")
 
 
@@ -75,7 +74,7 @@ def detector_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """kornia's face detector, batched by its substitution: padded [B, K, 15] rows and a count."""
     model, inputs = face_detector.kornia_yunet()
     deployed = fxdeploy.lower(
-        model, inputs, dynamic_shapes={"image": {0: "batch"}}, settings=FAST,
+        model, inputs, dynamic_shapes={"image": {0: "batch"}},
         substitutions=face_detector.substitutions(),
     )
     return deployed.save(tmp_path_factory.mktemp("art") / "detector")

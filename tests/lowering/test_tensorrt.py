@@ -28,6 +28,7 @@ def test_unbounded_dim_gets_a_finite_cap() -> None:
 def test_cache_key_changes_with_what_changes_the_engine_only() -> None:
     profile = {"x": ([1, 3], [2, 3], [8, 3])}
     base = cache_key(b"onnx", profile, Settings(), "10.7")
+    # the subject is the key: lower()'s check (verify=False here) does not change the engine
     assert base == cache_key(b"onnx", profile, Settings(threads=7, verify=False), "10.7")
     cached = Settings().with_sections(tensorrt=TensorRTSettings(engine_cache_dir="/tmp/elsewhere"))
     assert base == cache_key(b"onnx", profile, cached, "10.7")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +13,11 @@ import pytest
 import torch
 
 import fxdeploy
+from fxdeploy.errors import UnverifiedWarning
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.targets import _TARGETS, Target, register_target
 from fxdeploy.targets import onnxruntime as ort_target
-from tests.helpers import require_target
+from tests.helpers import ROOT, require_target
 
 
 class Resizer(torch.nn.Module):
@@ -221,3 +226,24 @@ def test_ncnn_names_what_it_cannot_hold_in_a_dynamic_graph(patches) -> None:
     with pytest.raises(fxdeploy.LoweringError, match=r"target 'ncnn'.*pnnx left op\(s\).*Tensor\.reshape"):
         fxdeploy.lower(model, (torch.randn(2, 3, 64, 96),), target="ncnn",
                        dynamic_shapes={"x": {0: "batch", 2: 32 * h, 3: 32 * w}})
+
+
+def test_an_unchecked_artifact_says_so_on_load_and_in_the_cli(tmp_path: Path) -> None:
+    """The subject is the flag: verify=False is the user's choice, recorded and warned about."""
+    from examples.models import convnet
+
+    model, (x,) = convnet()
+    path = fxdeploy.lower(model, (x,), settings=fxdeploy.Settings(verify=False)).save(tmp_path / "unchecked")
+    assert json.loads((path / "manifest.json").read_text())["info"]["verified"] is False
+    with pytest.warns(UnverifiedWarning, match="lowered with verify=False"):
+        fxdeploy.load(path)
+    result = subprocess.run([sys.executable, "-m", "fxdeploy.cli", "run", str(path), "--runs", "1"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    warning_lines = [line for line in result.stderr.splitlines() if "verify=False" in line]
+    assert len(warning_lines) == 1 and warning_lines[0].startswith("fxdeploy: warning:"), result.stderr
+    checked = fxdeploy.lower(model, (x,)).save(tmp_path / "checked")
+    assert json.loads((checked / "manifest.json").read_text())["info"]["verified"] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnverifiedWarning)
+        fxdeploy.load(checked)

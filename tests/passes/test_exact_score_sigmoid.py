@@ -78,7 +78,7 @@ def test_saturated_ties_keep_the_lower_index_on_onnxruntime() -> None:
     with torch.no_grad():
         want = model(x)
     assert (want[1] == 1.0).sum() >= 4, "the check needs tied, saturated scores"
-    deployed = fxdeploy.lower(model, (x,), target="onnxruntime", settings=Settings(verify=False))
+    deployed = fxdeploy.lower(model, (x,), target="onnxruntime")
     got = deployed(x)
     for w, g in zip(want, got, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-6)

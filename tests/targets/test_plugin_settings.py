@@ -40,7 +40,7 @@ print(json.dumps({{
 model, (x,) = models.convnet()
 cache = CacheSettings(enabled=True, dir={cache!r})
 for level in (1, 3, 3):
-    settings = fxdeploy.Settings(verify=False, cache=cache).with_sections(mypkg=my_pkg.MySettings(level=level))
+    settings = fxdeploy.Settings(cache=cache).with_sections(mypkg=my_pkg.MySettings(level=level))
     deployed = fxdeploy.lower(model, (x,), target="mytarget", settings=settings)
     print(json.dumps([deployed.manifest["settings"]["mypkg"], deployed.manifest["info"]["level"],
                       sorted(k for k, v in deployed.manifest["settings"].items() if isinstance(v, dict))]))
