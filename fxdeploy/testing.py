@@ -50,7 +50,7 @@ class ConvNet(nn.Module):
 
 
 class Nms(nn.Module):
-    """``multiclass_nms`` on the boxes and class logits given: the one NMS contract (NMS_SPEC.md)."""
+    """``multiclass_nms`` on the boxes and class logits given: the one NMS contract (docs/nms-spec.md)."""
 
     def forward(self, boxes: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return fxdeploy.ops.multiclass_nms(boxes, logits.sigmoid(), iou_threshold=0.5, score_threshold=0.3,

@@ -1,4 +1,4 @@
-"""fxdeploy's NMS operators: one meaning on every target (see NMS_SPEC.md).
+"""fxdeploy's NMS operators: one meaning on every target (see docs/nms-spec.md).
 
 Importing this package registers the ``fxdeploy::`` custom ops. It never imports torchvision.
 The wrappers check their arguments here, in Python, where shapes are concrete, then call the op,

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 MULTICLASS_NMS = "fxdeploy.multiclass_nms.default"
-"""The canonical op (NMS_SPEC.md): every NMS becomes one before lowering."""
+"""The canonical op (docs/nms-spec.md): every NMS becomes one before lowering."""
 NMS = "fxdeploy.nms.default"
 BATCHED_NMS = "fxdeploy.batched_nms.default"
 """torchvision.ops.nms and batched_nms, as their substitutions trace them."""

@@ -1,4 +1,4 @@
-"""Eager reference kernels. They *define* the semantics of fxdeploy's NMS operators (NMS_SPEC.md).
+"""Eager reference kernels. They *define* the semantics of fxdeploy's NMS operators (docs/nms-spec.md).
 
 Every lowering is tested against these functions, and the TorchScript target scripts
 ``multiclass_nms_reference`` and inlines it as aten code, so the module must stay

@@ -3,7 +3,7 @@
 The groups, their roles and their specs are ``fxdeploy.parity.rows``'s; the pairing and the
 per-field checks ``fxdeploy.parity.match``'s; what float noise may flip ``fxdeploy.parity.excuses``'s.
 An NMS's rows are first cut at its count (``num_dets``, each side by its own) where an output
-holds it, or at the NMS_SPEC padding (label -1) where the group has labels.
+holds it, or at the docs/nms-spec.md padding (label -1) where the group has labels.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Detection-aware comparison for ``fxdeploy compare`` (NMS_SPEC.md, "Comparing outputs across targets").
+"""Detection-aware comparison for ``fxdeploy compare`` (docs/nms-spec.md, "Comparing outputs across targets").
 
 The pairing and the per-field checks are fxdeploy.parity.match's, the one matcher that lower()'s
 own check and the tests use too; here its per-image results become one row of a compare report.

@@ -1,6 +1,6 @@
 """The one detection matcher: two results of the same detector, paired per image by label and box.
 
-Runtimes may order equal scores differently (NMS_SPEC.md, "Comparing outputs across targets"), so
+Runtimes may order equal scores differently (docs/nms-spec.md, "Comparing outputs across targets"), so
 two correct results can differ row by row. Each reference detection, by descending score (ties:
 the lower row first), takes the free detection of its label whose box is the same box (IoU >=
 ``iou``, or corners that agree to CORNER_RTOL) and whose score is closest; further ties go to the

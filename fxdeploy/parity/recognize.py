@@ -1,7 +1,7 @@
 """Recognise detection outputs from their structure, and cut them into per-image detections.
 
 Two layouts are detections:
-- the ``multiclass_nms`` contract (NMS_SPEC.md): boxes [B, K, 4], scores [B, K], labels [B, K]
+- the ``multiclass_nms`` contract (docs/nms-spec.md): boxes [B, K, 4], scores [B, K], labels [B, K]
   integer, num_dets [B] integer, as a tuple/list in that order (an optional fifth [B, K] index
   is ignored) or a dict whose keys end in boxes/scores/labels/num_dets; rows past num_dets
   are padding and dropped here;

@@ -1,7 +1,7 @@
 """Spell a score sigmoid as ``1 / (1 + exp(-x))`` where the runtime's Sigmoid does not saturate.
 
 ONNX Runtime's Sigmoid is MLAS's approximation: ``sigmoid(17)`` is 0.9999999 there and exactly 1.0
-in torch. Scores that saturate tie exactly in eager, and NMS_SPEC breaks a tie by the lower box
+in torch. Scores that saturate tie exactly in eager, and docs/nms-spec.md breaks a tie by the lower box
 index; on ONNX Runtime the same scores differ in their last bit, so of two overlapping boxes the
 higher score survives instead. ``1 / (1 + exp(-x))`` in ONNX Runtime's Exp, Add and Reciprocal
 saturates where torch does (exactly equal on a sweep of 10..20, and on 96% of random inputs).

@@ -1,7 +1,7 @@
 """ncnn: the passed graph traced to TorchScript, converted by pnnx, run by ncnn on the CPU.
 
 ncnn has no general NMS layer, so the ncnn pipeline ends with ``host_postprocess_split`` and
-the NMS tail runs on the host inside the same timed ``execute`` (see NMS_SPEC.md).
+the NMS tail runs on the host inside the same timed ``execute`` (see docs/nms-spec.md).
 """
 
 from __future__ import annotations
