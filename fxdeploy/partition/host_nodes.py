@@ -49,9 +49,13 @@ _MOVABLE = _HOST_ONLY | _VIEWS
 _REDUCE = frozenset({_aten.max, _aten.min, _aten.amax, _aten.amin, _aten.sum})
 """Reductions that stay on the host where they read host values only (batched_nms's class offset:
 the largest coordinate of the candidate boxes)."""
-_WRITES = frozenset({_aten.empty_like, _aten.copy_, _aten.copy})
-"""A buffer made to be written into and the writes into it (Ultralytics' in-place xywh2xyxy of
-the selected rows): on host values they run on the host; a write has no users of its own."""
+_WRITES = frozenset({
+    _aten.empty_like, _aten.copy, _aten.fill, _aten.slice_scatter, _aten.select_scatter, _aten.index_put,
+})
+"""A buffer made to be written into and the writes into it, functional (Ultralytics' xywh2xyxy of
+the selected rows writes an ``empty_like`` with ``copy`` and ``slice_scatter``): on host values
+they run on the host. On ncnn, ``scatters_as_slices`` has made most of them slices and a ``cat``
+before the cut; what it refuses (a stepped write, an ``index_put``) is found here."""
 _FROM_SIZES = frozenset({
     _aten.arange, _aten.ones, _aten.zeros, _aten.full, _aten.linspace, _aten.eye, _aten.new_ones,
     _aten.new_zeros, _aten.new_full,
@@ -189,7 +193,7 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
         changed = False
         for node in reversed(gm.graph.nodes):
             writes = packet(node) in _WRITES
-            if node not in after or node in host or not (node.users or writes):
+            if node not in after or node in host or not node.users:
                 continue
             if not all(u in host for u in node.users):
                 continue

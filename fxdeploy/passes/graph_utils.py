@@ -8,6 +8,7 @@ import warnings
 from typing import Any
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -28,9 +29,11 @@ def refresh_meta(gm: torch.fx.GraphModule) -> None:
 def fill_meta(new: list[torch.fx.Node]) -> None:
     """meta['val'] of inserted nodes, in order, from their inputs' fake values, in the capture's
     fake mode. Cheaper than ``refresh_meta``, and it cannot trip on ops elsewhere in the graph (a
-    whole-graph propagation does on DETR at a dynamic H/W)."""
+    whole-graph propagation does on DETR at a dynamic H/W). The Python dispatcher is on, as in
+    torch.export's trace: without it an op with no symbolic meta kernel (``constant_pad_nd``) runs
+    its C++ kernel, which reads the sizes as ints and fixes a dynamic batch at the example's."""
     values = [a.meta.get("val") for n in new for a in n.all_input_nodes]
-    with detect_fake_mode(values) or contextlib.nullcontext():
+    with detect_fake_mode(values) or contextlib.nullcontext(), enable_python_dispatcher():
         for node in new:
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta["val"])
             node.meta["val"] = node.target(*args, **kwargs)

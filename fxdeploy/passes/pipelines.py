@@ -10,6 +10,7 @@ from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
 from fxdeploy.passes.ncnn.fold_constants import fold_constants
 from fxdeploy.passes.ncnn.max_indices import max_indices
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
+from fxdeploy.passes.ncnn.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
@@ -53,11 +54,14 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, te
 # vacuous_masks before float_attention_mask: an all-True mask goes, rather than becoming a float one.
 # max_indices right before the split: the argmax it spells out must be seen by the split (host).
 # fold_constants after pad_compactions (which adds aranges of static bounds) and before the
-# respellings: the anchor grids it folds are then no ops for them to see.
+# respellings: the anchor grids it folds are then no ops for them to see. padded_copies and
+# scatters_as_slices (the functional writes) before it: a buffer written into goes as a whole,
+# rather than as constants of each of its views; padded_copies first: a write into a fill buffer
+# is a pad, where scatters_as_slices would cat constant slices of the buffer.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, whole_input_pool, pad_compactions, tensorize_outputs, fold_constants, vacuous_masks,
-    float_attention_mask, padded_copies, strided_slices, unit_selects, unit_broadcasts, max_indices,
-    host_postprocess_split,
+    *CLEANUP, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies, scatters_as_slices,
+    fold_constants, vacuous_masks, float_attention_mask, strided_slices, unit_selects, unit_broadcasts,
+    max_indices, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

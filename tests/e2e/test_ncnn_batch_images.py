@@ -1,9 +1,9 @@
 """torchvision's detection transform on ncnn: a list of images, ``interpolate(image[None])[0]``, and a
 batch made by copying each image into a new zero-filled buffer.
 
-pnnx does not see an in-place copy into a view: it took the buffer for the constant fill and
-folded everything after it into constants, so the ncnn model ignored its input. The ``padded_copies``
-and ``unit_selects`` passes spell the copy as a pad and the batch-axis selects as squeezes.
+Passes see the copy functionalized: a copy and a chain of scatters back into the buffer, which pnnx
+has no ncnn layer for. ``padded_copies`` spells each scatter into the zero-filled buffer as a pad,
+``scatters_as_slices`` the copy as its source, and ``unit_selects`` the batch-axis selects as squeezes.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_the_transform_runs_on_ncnn_and_matches_eager(size_divisible: int) -> No
     torch.manual_seed(0)
     model = TransformThenConv(size_divisible).eval()
     deployed = fxdeploy.lower(model, (torch.rand(1, 3, 40, 56),), target="ncnn")
-    assert {"padded_copies", "unit_selects"} <= set(deployed.report.fired)
+    assert {"padded_copies", "scatters_as_slices", "unit_selects"} <= set(deployed.report.fired)
     for seed in (1, 2):
         x = torch.rand(1, 3, 40, 56, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
