@@ -28,8 +28,23 @@ def test_an_ncnn_plan_names_its_host_stages_and_their_ops() -> None:
 def test_a_graph_that_runs_whole_in_the_engine_says_so() -> None:
     model, (x,) = convnet()
     with torch.no_grad():
-        report = render_report(fxdeploy.lower(model, (x,)))
+        deployed = fxdeploy.lower(model, (x,))
+    report = render_report(deployed)
     assert "None: the whole graph runs in the engine." in report
+    assert "| example | [[2, 3, 64, 64]] |" in report and "| none |" in report  # checked, nothing excused
+
+
+def test_the_report_counts_each_excuse_of_the_check() -> None:
+    """docs/checking.md: each excuse lower()'s check used is counted in the manifest and the report."""
+    model, (x,) = convnet()
+    deployed = fxdeploy.lower(model, (x,))
+    deployed.manifest["info"]["shape_checks"][0]["excused"] = {"iou_threshold": 2, "tie": 1}
+    deployed.manifest["info"]["original_check"] = {"shapes": [[2, 3, 64, 64]], "excused": {"score_threshold": 1}}
+    report = render_report(deployed)
+    assert "iou_threshold 2, tie 1 |" in report
+    assert "| the model without substitutions | [[2, 3, 64, 64]] | paired | score_threshold 1 |" in report
+    deployed.manifest["info"]["verified"] = False
+    assert "Not checked: lowered with verify=False." in render_report(deployed)
 
 
 def test_the_cli_report_lists_each_ncnn_stage_and_why_each_host_op_is_there(tmp_path: Path) -> None:
