@@ -42,8 +42,9 @@ class Context:
     score_thresholds: tuple[float, ...] = ()
     score_eps: float = 0.0
     order: str = "none"
-    """"score": rows come by descending score, near-equal scores in either order; "strict": in
-    eager's order (a selection keeps its input's order); "none": no order is checked."""
+    """"score": rows come by descending score, near-equal scores in either order; "eager": in
+    eager's order (a selection keeps its input's order), near-equal scores in either order where
+    eager's rows come by score (a selection of ranked rows); "none": no order is checked."""
     capped: bool = False
     """Whether a cap may cut the rows (an NMS's keep_top_k or ``[:k]``, a top-k): the tie rule."""
 
@@ -73,21 +74,26 @@ def out_of_order(
     ref: Detections, got: Detections, pairs: list[tuple[int, int]], ctx: Context
 ) -> tuple[int, str | None]:
     """(swaps excused as ties, the first pair out of order that no tie explains)."""
-    if ctx.order == "none" or len(pairs) < 2 or (ctx.order == "score" and ref.scores is None):
+    if ctx.order == "none" or len(pairs) < 2:
         return 0, None
     scores = _scores(ref)
-    if ctx.order == "score" and bool((scores[1:] > scores[:-1] + ctx.score_eps).any()):
+    by_score = ref.scores is not None and not bool((scores[1:] > scores[:-1] + ctx.score_eps).any())
+    if ctx.order == "score" and not by_score:
         return 0, None  # eager's rows do not come by score: no order to hold the result to
     ordered = sorted(pairs)
-    swaps = 0
-    for (i1, j1), (i2, j2) in zip(ordered, ordered[1:], strict=False):
-        if j2 > j1:
-            continue
-        if ctx.order == "score" and abs(float(scores[i1] - scores[i2])) <= ctx.score_eps:
-            swaps += 1
-            continue
-        return swaps, f"rows {i1} and {i2} come in the other order (rows {j1} and {j2} of the result)"
-    return swaps, None
+    refs = torch.tensor([i for i, _ in ordered])
+    gots = torch.tensor([j for _, j in ordered])
+    inverted = (gots[:, None] > gots[None, :]).triu(diagonal=1)  # an earlier row of eager's comes later
+    tied = torch.zeros_like(inverted)
+    if by_score:
+        keys = scores[refs]
+        tied = (keys[:, None] - keys[None, :]).abs() <= ctx.score_eps
+    wrong = (inverted & ~tied).nonzero()
+    if len(wrong):
+        a, b = wrong[0].tolist()
+        return 0, (f"rows {int(refs[a])} and {int(refs[b])} come in the other order "
+                   f"(rows {int(gots[a])} and {int(gots[b])} of the result)")
+    return int((inverted & tied).sum()), None
 
 
 def _root_reason(sides: tuple[Detections, Detections], side: int, row: int, ctx: Context) -> str | None:

@@ -23,7 +23,7 @@ from fxdeploy.parity.boxes import Detections
 from fxdeploy.parity.excuses import Context
 
 _ROLES = ("boxes", "scores", "labels")
-_ORDER = {"nms": "score", "ranked": "score", "selected": "strict"}
+_ORDER = {"nms": "score", "ranked": "score", "selected": "eager"}
 
 
 @dataclass(frozen=True)

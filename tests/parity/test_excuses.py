@@ -141,3 +141,21 @@ def test_a_mask_shifted_by_a_row_fails() -> None:
     shifted[2] = _blob(6)
     with pytest.raises(LoweringError, match=r"row 2: output #3 overlaps eager's by IoU 0\.95"):
         _check([*REF, shifted], [*REF, masks])
+
+
+def test_a_row_moved_past_a_lower_score_fails_even_beside_a_tie() -> None:
+    """Rows 0 and 1 tie; row 0 coming after row 2 (0.5) is no tie, though no two neighbours swap."""
+    ref = _dets([[0, 0, 10, 10], [40, 40, 60, 60], [100, 100, 130, 120]], [0.9, 0.9, 0.5], [1, 2, 1])
+    with pytest.raises(LoweringError, match="rows 0 and 2 come in the other order"):
+        _check([t[[1, 2, 0]] for t in ref], ref)
+
+
+def test_selected_rows_keep_eagers_order() -> None:
+    """A selection (x[scores > t]) keeps its input's order: any other order fails where eager's rows
+    are not by score, and near-equal scores may swap where they are."""
+    selected = RowsSpec(0, "selected", score_thresholds=(0.25,))
+    ref = _dets([[0, 0, 10, 10], [40, 40, 60, 60], [100, 100, 130, 120]], [0.5, 0.9, 0.7], [1, 2, 1])
+    with pytest.raises(LoweringError, match="rows 0 and 1 come in the other order"):
+        _check([t[[1, 0, 2]] for t in ref], ref, selected)
+    ranked = _dets([[0, 0, 10, 10], [40, 40, 60, 60], [100, 100, 130, 120]], [0.9, 0.9000001, 0.7], [1, 2, 1])
+    assert _check([t[[1, 0, 2]] for t in ranked], ranked, selected) == {"tie": 1}
