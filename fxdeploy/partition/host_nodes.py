@@ -177,7 +177,8 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
     """Add what is computed after host values for host nodes only: an engine stage there would
     only pass values back and forth. That is each view or host-only op, and each elementwise op
     that reads no engine value (an offset added to a top-k's indices; the sigmoid, clip and size
-    test of gathered proposals before their NMS). An item of a host node's outputs is the host's
+    test of gathered proposals before their NMS), or for the graph's outputs (CenterNet's class and
+    position of each top-k peak, from its index). An item of a host node's outputs is the host's
     too: a stage hands over tensors, not tuples. Other compute after a host node stays on an
     engine: layers with weights (a decoder on gathered queries), and anything that reads an engine
     value (DETR's whole decoder reads a mask)."""
@@ -195,7 +196,7 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
             writes = packet(node) in _WRITES
             if node not in after or node in host or not node.users:
                 continue
-            if not all(u in host for u in node.users):
+            if not all(u in host or (u.op == "output" and node in engine_free) for u in node.users):
                 continue
             if packet(node) in _MOVABLE or (node in engine_free and (
                     _pointwise(node) or packet(node) in _REDUCE or writes)):
@@ -205,7 +206,10 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
 
 
 def _pointwise(node: Node) -> bool:
-    return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
+    """Elementwise: tagged so, or ``floor_divide`` (``index // width``), which torch leaves untagged."""
+    if node.op != "call_function":
+        return False
+    return torch.Tag.pointwise in getattr(node.target, "tags", ()) or packet(node) is _aten.floor_divide
 
 
 def packet(node: Node) -> object:
