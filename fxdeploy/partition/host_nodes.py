@@ -7,8 +7,10 @@ casts, argmaxes and views that feed only host nodes (a keep mask made into NMS s
 per-level candidate selection), and the views and elementwise ops computed from host values for
 host nodes only (the index expanded between a top-k and its gather; Faster R-CNN's level offsets
 on the top-k's indices, and the sigmoid, clip and size test of the proposals it gathered). With a
-dynamic height/width, tensors made from run-time sizes go too. Every other node runs on the
-engine. Each host node gets the reason it is there, which the lowering report shows.
+dynamic height/width, tensors made from run-time sizes go too. So do a stepped write (pnnx
+spells it wrong) and the nodes the ncnn lowering marks (``FORCED``: their op has no ncnn layer
+in pnnx). Every other node runs on the engine. Each host node gets the reason it is there, which
+the lowering report shows.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
 HOST_REASON = "fxdeploy_host_reason"
 """The ``node.meta`` key under which the cut records why a node runs on the host."""
+FORCED = "fxdeploy_host_forced"
+"""The ``node.meta`` key that sends a node to the host whatever its op, with the reason: the ncnn
+lowering sets it on the nodes behind a layer pnnx left unconverted (``partition.recut``)."""
 
 # Why a node runs on the host, as the plan records it and the lowering report shows it.
 NO_NMS_LAYER = "ncnn has no NMS layer"
@@ -77,6 +82,7 @@ NO_AXIS_LAYER = "ncnn has no layer for it (a comparison, a cast, an argmax over 
 BETWEEN_HOST_OPS = "only host ops read it, and it reads host values: in an engine it would pass values back and forth"
 COPIED_IN = ("copied in by the cut: a size, or a value made without the inputs, which no stage hands over (or a "
              "squeeze of a value handed over with a leading 1)")
+STEPPED_WRITE = "pnnx writes a stepped slice_scatter as ncnn's CopyTo, which ignores the step"
 MADE_FROM_SIZES = ("made from the image's run-time size: ncnn cannot make it, and pnnx folds it only at a fixed "
                    "size; the engine takes it as an input")
 
@@ -85,7 +91,9 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     """The nodes that run on the host, each with why (one of the reasons above); ``free`` are the
     nodes computed without the inputs (``input_free``)."""
     nms = [n for n in gm.graph.nodes if is_nms(n, (MULTICLASS_NMS,))]
-    seeds = [n for n in gm.graph.nodes if packet(n) in _SELECTIONS and n not in free]
+    forced = {n: n.meta[FORCED] for n in gm.graph.nodes if FORCED in n.meta}
+    forced.update((n, STEPPED_WRITE) for n in gm.graph.nodes if _stepped_write(n) and n not in free)
+    seeds = [n for n in gm.graph.nodes if (packet(n) in _SELECTIONS and n not in free) or n in forced]
     reasons = dict.fromkeys(_made_from_sizes(gm, free), MADE_FROM_SIZES)
     if not nms and not seeds:
         return reasons
@@ -95,8 +103,14 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     host = after_nms | set(seeds)
     host |= _host_only_inputs(host)
     for node in _host_fed_only_host(gm, host, free):
-        reasons[node] = _why(node, after_nms)
+        reasons[node] = forced.get(node) or _why(node, after_nms)
     return reasons
+
+
+def _stepped_write(node: Node) -> bool:
+    if packet(node) is not _aten.slice_scatter:
+        return False
+    return (node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)) != 1
 
 
 def _why(node: Node, after_nms: set[Node]) -> str:
