@@ -85,6 +85,8 @@ def check(node: Node, bounds: dict[Node, float]) -> str | None:
     if operand_bound(a, bounds) is None and operand_bound(b, bounds) is None:
         return ("neither operand is known to be finite (an infinity minus itself is NaN): compare with a "
                 "number, or a sigmoid or clamp of the value")
+    if not node.users:
+        return "nothing reads it"
     for user in node.users:
         reason = _reader(node, user)
         if reason is not None:
