@@ -90,7 +90,17 @@ def _host_stages(manifest: Manifest) -> list[str]:
         lines.append(f"- stage {k}: {_stage_line(stage, names)}")
         if isinstance(stage.work, Host):
             lines += [f"  - `{op.op}`: {op.why}" for op in stage.work.ops] or ["  - (ops not recorded)"]
-    return lines
+    return lines + _unconverted(manifest["info"].get("unconverted_on_host"))
+
+
+def _unconverted(fallback: Any) -> list[str]:
+    """The nodes the lowering moved to the host because pnnx left their ops unconverted, and the limit."""
+    if not isinstance(fallback, dict) or not fallback.get("ops"):
+        return []
+    ops = fallback["ops"]
+    lines = ["", f"{len(ops)} node(s) run on the host because pnnx left their ops unconverted (at most "
+             f"{fallback.get('max_host_ops', '?')}: Settings.ncnn.max_host_ops):", ""]
+    return lines + [f"- `{name}`: {why}" for name, why in ops.items()]
 
 
 def _stage_line(stage: Stage, names: list[str]) -> str:

@@ -10,7 +10,8 @@ After ``host_postprocess_split``, each engine stage goes to ncnn (``model.ncnn.p
 first, ``model.<stage>.ncnn.param`` for one after a host stage), and each host stage is scripted
 to ``host.<stage>.pt`` and runs on the host (NMS with the reference kernel). The stages are
 written into the manifest as a ``fxdeploy.partition.Plan``, which the runtime follows. What an
-engine stage can take is checked in ``ncnn_checks``; pnnx is run in ``ncnn_convert``.
+engine stage can take is checked in ``ncnn_checks``; pnnx is run in ``ncnn_convert``. An op pnnx
+leaves unconverted is moved to a host stage and the graph cut and lowered again (``ncnn_fallback``).
 """
 
 from __future__ import annotations
@@ -24,11 +25,21 @@ from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.artifact.ncnn_net import load_net
 from fxdeploy.errors import LoweringError
 from fxdeploy.lowering.ncnn_checks import batch_symbol, head_outputs
-from fxdeploy.lowering.ncnn_convert import BIN, PARAM, check_blobs, check_layers, convert, second_shapes
+from fxdeploy.lowering.ncnn_convert import (
+    BIN,
+    PARAM,
+    UnconvertedLayers,
+    check_blobs,
+    check_layers,
+    convert,
+    second_shapes,
+)
+from fxdeploy.lowering.ncnn_fallback import layer_kinds, lower_with_host_fallback
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
 from fxdeploy.partition import Engine, Host, HostOp, Plan, Source, Stage
 from fxdeploy.partition.cut import Part, split_parts
 from fxdeploy.partition.host_nodes import COPIED_IN, HOST_REASON
+from fxdeploy.settings import Settings
 
 
 def engine_files(stage: int) -> tuple[str, str]:
@@ -43,10 +54,27 @@ def lower_ncnn(
     output_names: list[str],
     out_dir: Path,
     *,
-    fp16: bool,
-) -> tuple[list[str], dict[str, Any]]:
+    settings: Settings,
+) -> tuple[list[str], dict[str, Any], dict[str, str]]:
     """Write each stage's files (param/bin per engine stage, a script per host stage); return the
-    files and the plan the executor follows, as the manifest holds it."""
+    files, the plan the executor follows, as the manifest holds it, and the nodes moved to the host
+    because pnnx left their ops unconverted (``ncnn_fallback``), each with why."""
+    def lower(graph: torch.fx.GraphModule) -> tuple[list[str], dict[str, Any]]:
+        return _lower_stages(graph, example_inputs, input_names, output_names, out_dir, fp16=settings.ncnn.fp16)
+
+    (files, plan), moved = lower_with_host_fallback(gm, lower, out_dir, settings)
+    if moved and not any(stage["kind"] == "engine" for stage in plan["stages"]):
+        raise LoweringError(
+            f"ncnn: pnnx left op(s) that ncnn cannot run: {', '.join(layer_kinds(moved))}, and with them on the "
+            "host no work is left for ncnn's engine; lower to torchscript or onnxruntime"
+        )
+    return files, plan, moved
+
+
+def _lower_stages(
+    gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor], input_names: list[str], output_names: list[str],
+    out_dir: Path, *, fp16: bool,
+) -> tuple[list[str], dict[str, Any]]:
     parts = split_parts(gm)
     if parts is None:
         stages = [Part("engine", gm, [Source.graph_input(i) for i in range(len(example_inputs))])]
@@ -129,8 +157,12 @@ def _lower_engine(
             ) from exc
         raise
     second = second_shapes(module)
-    convert(traced, per_image, out_dir, fp16=fp16, second=second, names=names)
-    check_layers(out_dir / names[0], dynamic_sizes=second is not None)
+    pnnx_graph = convert(traced, per_image, out_dir, fp16=fp16, second=second, names=names)
+    try:
+        check_layers(out_dir / names[0], dynamic_sizes=second is not None)
+    except UnconvertedLayers as exc:  # for the host fallback: which stage, and pnnx's view of it
+        exc.module, exc.pnnx_graph = module, pnnx_graph
+        raise
     check_blobs(out_dir / names[0], len(args), len(outputs))
     with torch.no_grad():
         expected = [y.detach().float().numpy() for y in module(*per_image)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,9 @@ def second_shapes(head: torch.fx.GraphModule) -> list[list[int]] | None:
 def convert(
     traced: torch.jit.ScriptModule, inputs: list[torch.Tensor], out_dir: Path, *, fp16: bool,
     second: list[list[int]] | None = None, names: tuple[str, str] = (PARAM, BIN),
-) -> None:
-    """Run the pnnx executable; its by-products (pnnx.param, _pnnx.py, ...) stay in a temp dir."""
+) -> str:
+    """Run the pnnx executable; its by-products (_pnnx.py, ...) stay in a temp dir. Returns pnnx's
+    own graph (``model.pnnx.param``), which keeps the attributes of the ops it did not convert."""
     import pnnx
 
     with tempfile.TemporaryDirectory(prefix="fxdeploy-pnnx-") as work_dir:
@@ -84,6 +86,8 @@ def convert(
             )
         for made, name in zip((PARAM, BIN), names, strict=True):
             shutil.move(str(work / made), str(out_dir / name))
+        own = work / "model.pnnx.param"
+        return own.read_text() if own.is_file() else ""
 
 
 def _non_aten_ops(traced: torch.jit.ScriptModule) -> list[str]:
@@ -92,20 +96,54 @@ def _non_aten_ops(traced: torch.jit.ScriptModule) -> list[str]:
     return sorted(k for k in kinds if k.split("::", 1)[0] not in ("aten", "prim", "quantized"))
 
 
+@dataclass(frozen=True)
+class Layer:
+    """One layer of an ncnn param: its type, name, and the blobs it reads and writes."""
+
+    kind: str
+    name: str
+    bottoms: tuple[str, ...]
+    tops: tuple[str, ...]
+
+
+class UnconvertedLayers(LoweringError):
+    """pnnx left layers ncnn cannot create; the lowering may run their ops on the host instead.
+    ``layers`` are those layers, ``graph`` all of the param's; the lowering adds the engine stage
+    it converted (``module``) and pnnx's own graph of it (``pnnx_graph``)."""
+
+    def __init__(self, message: str, layers: list[Layer], graph: list[Layer]) -> None:
+        super().__init__(message)
+        self.layers, self.graph = layers, graph
+        self.module: torch.fx.GraphModule | None = None
+        self.pnnx_graph = ""
+
+
+def layers(param: Path) -> list[Layer]:
+    result = []
+    for line in param.read_text().splitlines()[2:]:
+        fields = line.split()  # type name bottom_count top_count bottoms... tops... key=value...
+        if len(fields) >= 4:
+            bottoms, tops = int(fields[2]), int(fields[3])
+            result.append(Layer(fields[0], fields[1], tuple(fields[4:4 + bottoms]),
+                                tuple(fields[4 + bottoms:4 + bottoms + tops])))
+    return result
+
+
 def check_layers(param: Path, *, dynamic_sizes: bool = False) -> None:
     """pnnx writes ops it cannot convert under their torch names; ncnn cannot create those."""
-    lines = param.read_text().splitlines()[2:]
-    types = {line.split()[0]: line.split()[1] for line in reversed(lines) if line.strip()}
-    unknown = {t: n for t, n in types.items() if not _ncnn_has(t)}
+    graph = layers(param)
+    unknown = [layer for layer in graph if not _ncnn_has(layer.kind)]
     if unknown:
-        listed = ", ".join(f"{t} (layer {n})" for t, n in sorted(unknown.items()))
+        first = {layer.kind: layer.name for layer in reversed(unknown)}
+        listed = ", ".join(f"{kind} (layer {name})" for kind, name in sorted(first.items()))
         static = (
             "; or lower for ncnn with only the batch dynamic (dynamic_shapes={<input>: {0: 'batch'}}), since "
             "sizes computed from a dynamic height/width often leave such ops" if dynamic_sizes else ""
         )
-        raise LoweringError(
+        raise UnconvertedLayers(
             f"ncnn: pnnx left op(s) that ncnn cannot run: {listed}. Replace them before capture "
-            f"with @fxdeploy.substitute, or use another target{static}"
+            f"with @fxdeploy.substitute, or use another target{static}",
+            unknown, graph,
         )
 
 

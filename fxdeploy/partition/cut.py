@@ -20,13 +20,17 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from fxdeploy.partition.host_nodes import HOST_REASON, SIZES, host_nodes, input_free, packet
+from fxdeploy.partition.host_nodes import FORCED, HOST_REASON, SIZES, host_nodes, input_free, packet
 from fxdeploy.partition.plan import Source
 from fxdeploy.passes.base import PassResult
 from fxdeploy.settings import Settings
 
 STAGE = "stage_"
 """Submodules ``stage_0``, ``stage_1``, ...: engine stages even, host stages odd."""
+ORIGIN = "fxdeploy_origin"
+"""``node.meta`` key: the name of the node in the graph before the cut, which its copy in a stage keeps."""
+UNSPLIT = "fxdeploy_unsplit"
+"""``gm.meta`` key: the graph before the cut (weights shared), for ``partition.recut`` to cut again."""
 _aten = torch.ops.aten
 
 
@@ -61,11 +65,15 @@ def host_postprocess_split(gm: GraphModule, settings: Settings) -> PassResult:
     reasons = host_nodes(gm, free)
     if not reasons:
         return PassResult(gm, False)
+    for node in gm.graph.nodes:
+        node.meta.setdefault(ORIGIN, node.name)
+    unsplit = plain_copy(gm)
     for node, why in reasons.items():
         node.meta[HOST_REASON] = why  # node_copy takes it into the stage's module
     output = next(n for n in gm.graph.nodes if n.op == "output")
     finals = list(output.args[0])
     copied = (free | {n for n in gm.graph.nodes if isinstance(n.meta.get("val"), SIZES)}) - set(finals)
+    copied -= {n for n in reasons if FORCED in n.meta}  # a value the engine cannot make, even from no input
     compute = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     stage_of = _stage_numbers(compute, set(reasons), copied)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -85,7 +93,17 @@ def host_postprocess_split(gm: GraphModule, settings: Settings) -> PassResult:
         setattr(gm, f"{STAGE}{s}", _part(gm, members[s], inputs[s], outputs[s], rebound[s], lifted))
     gm.graph = _wire(placeholders, inputs, outputs, finals)
     gm.delete_all_unused_submodules()
+    gm.meta[UNSPLIT] = unsplit
     return PassResult(gm, True)
+
+
+def plain_copy(gm: GraphModule) -> GraphModule:
+    """``gm`` with a graph of its own (nodes and their meta copied) and the same weights."""
+    graph = Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    copy = GraphModule(gm, graph)
+    copy.meta = {key: value for key, value in gm.meta.items() if key != UNSPLIT}
+    return copy
 
 
 def split_parts(gm: GraphModule) -> SplitParts | None:

@@ -7,8 +7,10 @@ casts, argmaxes and views that feed only host nodes (a keep mask made into NMS s
 per-level candidate selection), and the views and elementwise ops computed from host values for
 host nodes only (the index expanded between a top-k and its gather; Faster R-CNN's level offsets
 on the top-k's indices, and the sigmoid, clip and size test of the proposals it gathered). With a
-dynamic height/width, tensors made from run-time sizes go too. Every other node runs on the
-engine. Each host node gets the reason it is there, which the lowering report shows.
+dynamic height/width, tensors made from run-time sizes go too. So do a stepped write (pnnx
+spells it wrong) and the nodes the ncnn lowering marks (``FORCED``: their op has no ncnn layer
+in pnnx). Every other node runs on the engine. Each host node gets the reason it is there, which
+the lowering report shows.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
 HOST_REASON = "fxdeploy_host_reason"
 """The ``node.meta`` key under which the cut records why a node runs on the host."""
+FORCED = "fxdeploy_host_forced"
+"""The ``node.meta`` key that sends a node to the host whatever its op, with the reason: the ncnn
+lowering sets it on the nodes behind a layer pnnx left unconverted (``partition.recut``)."""
 
 # Why a node runs on the host, as the plan records it and the lowering report shows it.
 NO_NMS_LAYER = "ncnn has no NMS layer"
@@ -77,6 +82,7 @@ NO_AXIS_LAYER = "ncnn has no layer for it (a comparison, a cast, an argmax over 
 BETWEEN_HOST_OPS = "only host ops read it, and it reads host values: in an engine it would pass values back and forth"
 COPIED_IN = ("copied in by the cut: a size, or a value made without the inputs, which no stage hands over (or a "
              "squeeze of a value handed over with a leading 1)")
+STEPPED_WRITE = "pnnx writes a stepped slice_scatter as ncnn's CopyTo, which ignores the step"
 MADE_FROM_SIZES = ("made from the image's run-time size: ncnn cannot make it, and pnnx folds it only at a fixed "
                    "size; the engine takes it as an input")
 
@@ -85,7 +91,9 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     """The nodes that run on the host, each with why (one of the reasons above); ``free`` are the
     nodes computed without the inputs (``input_free``)."""
     nms = [n for n in gm.graph.nodes if is_nms(n, (MULTICLASS_NMS,))]
-    seeds = [n for n in gm.graph.nodes if packet(n) in _SELECTIONS and n not in free]
+    forced = {n: n.meta[FORCED] for n in gm.graph.nodes if FORCED in n.meta}
+    forced.update((n, STEPPED_WRITE) for n in gm.graph.nodes if _stepped_write(n) and n not in free)
+    seeds = [n for n in gm.graph.nodes if (packet(n) in _SELECTIONS and n not in free) or n in forced]
     reasons = dict.fromkeys(_made_from_sizes(gm, free), MADE_FROM_SIZES)
     if not nms and not seeds:
         return reasons
@@ -95,8 +103,14 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     host = after_nms | set(seeds)
     host |= _host_only_inputs(host)
     for node in _host_fed_only_host(gm, host, free):
-        reasons[node] = _why(node, after_nms)
+        reasons[node] = forced.get(node) or _why(node, after_nms)
     return reasons
+
+
+def _stepped_write(node: Node) -> bool:
+    if packet(node) is not _aten.slice_scatter:
+        return False
+    return (node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)) != 1
 
 
 def _why(node: Node, after_nms: set[Node]) -> str:
@@ -177,7 +191,8 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
     """Add what is computed after host values for host nodes only: an engine stage there would
     only pass values back and forth. That is each view or host-only op, and each elementwise op
     that reads no engine value (an offset added to a top-k's indices; the sigmoid, clip and size
-    test of gathered proposals before their NMS). An item of a host node's outputs is the host's
+    test of gathered proposals before their NMS), or for the graph's outputs (CenterNet's class and
+    position of each top-k peak, from its index). An item of a host node's outputs is the host's
     too: a stage hands over tensors, not tuples. Other compute after a host node stays on an
     engine: layers with weights (a decoder on gathered queries), and anything that reads an engine
     value (DETR's whole decoder reads a mask)."""
@@ -195,7 +210,7 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
             writes = packet(node) in _WRITES
             if node not in after or node in host or not node.users:
                 continue
-            if not all(u in host for u in node.users):
+            if not all(u in host or (u.op == "output" and node in engine_free) for u in node.users):
                 continue
             if packet(node) in _MOVABLE or (node in engine_free and (
                     _pointwise(node) or packet(node) in _REDUCE or writes)):
@@ -205,7 +220,10 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
 
 
 def _pointwise(node: Node) -> bool:
-    return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
+    """Elementwise: tagged so, or ``floor_divide`` (``index // width``), which torch leaves untagged."""
+    if node.op != "call_function":
+        return False
+    return torch.Tag.pointwise in getattr(node.target, "tags", ()) or packet(node) is _aten.floor_divide
 
 
 def packet(node: Node) -> object:

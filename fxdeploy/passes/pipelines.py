@@ -6,8 +6,10 @@ from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
+from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
 from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
 from fxdeploy.passes.ncnn.fold_constants import fold_constants
+from fxdeploy.passes.ncnn.functional_spellings import functional_spellings
 from fxdeploy.passes.ncnn.max_indices import max_indices
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
 from fxdeploy.passes.ncnn.scatters_as_slices import scatters_as_slices
@@ -53,15 +55,19 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, te
 # per-layer position embedding's select becomes a squeeze first, leaving the [1, N, C] operand.
 # vacuous_masks before float_attention_mask: an all-True mask goes, rather than becoming a float one.
 # max_indices right before the split: the argmax it spells out must be seen by the split (host).
+# comparisons_as_arithmetic after fold_constants (a folded constant operand has a known bound) and
+# after the attention-mask passes (which turn bool masks into float ones themselves); before the
+# split, so that a comparison it spells stays in the engine.
 # fold_constants after pad_compactions (which adds aranges of static bounds) and before the
 # respellings: the anchor grids it folds are then no ops for them to see. padded_copies and
 # scatters_as_slices (the functional writes) before it: a buffer written into goes as a whole,
 # rather than as constants of each of its views; padded_copies first: a write into a fill buffer
 # is a pad, where scatters_as_slices would cat constant slices of the buffer.
+# functional_spellings first: the passes after it match reshapes and clamps by their public ops.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies, scatters_as_slices,
-    fold_constants, vacuous_masks, float_attention_mask, strided_slices, unit_selects, unit_broadcasts,
-    max_indices, host_postprocess_split,
+    *CLEANUP, functional_spellings, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies,
+    scatters_as_slices, fold_constants, vacuous_masks, float_attention_mask, comparisons_as_arithmetic,
+    strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

@@ -22,11 +22,13 @@ INSTALL = "pip install fxdeploy[ncnn]"
 def lower(job: LoweringJob) -> Lowered:
     from fxdeploy.lowering.ncnn import lower_ncnn
 
-    files, blobs = lower_ncnn(
+    files, plan, moved = lower_ncnn(
         job.graph_module, job.example_inputs, job.input_names, job.output_names, job.out_dir,
-        fp16=job.settings.ncnn.fp16,
+        settings=job.settings,
     )
-    return Lowered(files, {"ncnn": blobs, "pnnx_version": _dist_version("pnnx")})
+    fallback = {"ops": moved, "max_host_ops": job.settings.ncnn.max_host_ops}
+    return Lowered(files, {"ncnn": plan, "pnnx_version": _dist_version("pnnx"),
+                           **({"unconverted_on_host": fallback} if moved else {})})
 
 
 def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:

@@ -39,6 +39,14 @@ class OnnxSettings(Section):
 class NcnnSettings(Section):
     fp16: bool = False
     """ncnn defaults to fp16 storage and arithmetic; fp32 is fxdeploy's default for parity."""
+    max_host_ops: int = 8
+    """ops pnnx leaves unconverted run on the host instead, up to this many graph nodes (each hands
+    its values between the engine and the host); past it, the lowering refuses. 0: none."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_host_ops < 0:
+            raise ValueError(f"Settings.ncnn.max_host_ops must be >= 0, got {self.max_host_ops}")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""Spell a float comparison read as a 0/1 float mask with arithmetic that ncnn has layers for.
+
+CenterNet's peak extraction keeps a heatmap's local maxima:
+
+    hmax = F.max_pool2d(heat, 3, 1, 1); keep = (hmax == heat).float(); heat = heat * keep
+
+pnnx writes ``torch.eq`` and ``Tensor.to``, which ncnn has no layers for. For float32 ``a`` and
+``b``, a comparison is a sign test of ``a - b``, which ``step(x) = |ceil(clamp(x, 0, 1))|`` reads:
+1 where ``x > 0``, +0 where ``x <= 0`` (the clamp leaves 0 or a value in (0, 1], the ceil makes
+that 1, the abs makes a -0 +0), all layers ncnn has (Clip, UnaryOp ceil and abs, BinaryOp):
+
+    a > b    step(a - b)          a < b    step(b - a)          a != b   step(|a - b|)
+    a >= b   1 - step(b - a)      a <= b   1 - step(a - b)      a == b   1 - step(|a - b|)
+
+Exact, bit for bit, wherever ``a - b`` is not NaN: with gradual underflow (subnormals, as PyTorch
+computes) ``a - b`` is zero exactly when ``a == b`` (+0 and -0 included), and otherwise has the sign
+of the exact difference (rounding never makes it zero or flips it; an overflow gives an infinity
+of the right sign). ``a - b`` is NaN where an operand is NaN or both are the same infinity, so the
+rewrite fires only where one operand is never infinite (``value_bounds``: a finite number or
+constant, a sigmoid, a clamp, pooling of those...); a NaN operand is the one case left, where
+PyTorch's comparison is False and this is NaN. ncnn itself flushes subnormals to zero, so on the
+engine two values closer than 2**-126 compare equal; PyTorch's rewritten graph does not.
+
+Fires where every reader of the comparison takes it as float32 numbers: a cast to float32
+(``.float()``, ``.to(x)``) or a product with float32 values (which reads a bool as 0 and 1).
+Otherwise (a ``where``, an index, a bool output) it is left with the reason: the host runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from fxdeploy.passes.base import PassResult
+from fxdeploy.passes.graph_utils import call_site, fill_meta
+from fxdeploy.passes.value_bounds import operand_bound, value_bounds
+from fxdeploy.settings import Settings
+
+logger = logging.getLogger(__name__)
+aten = torch.ops.aten
+Node = torch.fx.Node
+
+_CASTS = frozenset({aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.type_as.default})
+"""Casts: one to float32 on the same device reads the bool as 0 and 1."""
+_FORMS = {  # comparison -> (which difference, negated)
+    aten.gt: ("a - b", False), aten.lt: ("b - a", False), aten.ne: ("|a - b|", False),
+    aten.ge: ("b - a", True), aten.le: ("a - b", True), aten.eq: ("|a - b|", True),
+}
+
+
+def comparisons_as_arithmetic(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
+    bounds: dict[Node, float] | None = None
+    modified = False
+    for node in list(gm.graph.nodes):
+        packet = getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
+        if packet not in _FORMS:
+            continue
+        bounds = value_bounds(gm) if bounds is None else bounds
+        reason = check(node, bounds)
+        if reason is not None:
+            logger.debug("comparisons_as_arithmetic: %s stays a %s: %s", call_site(node), node.target, reason)
+            continue
+        before = set(gm.graph.nodes)
+        with gm.graph.inserting_before(node):
+            mask = _mask(gm.graph, node, *_FORMS[packet])
+        fill_meta([n for n in gm.graph.nodes if n not in before])
+        for user in list(node.users):
+            if user.target in _CASTS:
+                user.replace_all_uses_with(mask)
+                gm.graph.erase_node(user)
+            else:
+                user.replace_input_with(node, mask)
+        gm.graph.erase_node(node)
+        modified = True
+    return PassResult(gm, modified)  # run_pipeline lints and recompiles a modified graph
+
+
+def check(node: Node, bounds: dict[Node, float]) -> str | None:
+    """None when ``node`` is a float32 comparison that this spells exactly for its readers; else why not."""
+    a, b = node.args[0], node.args[1]
+    if not _is_float32(a) or not (_is_float32(b) or isinstance(b, int | float) and not isinstance(b, bool)):
+        return "its operands are not float32 tensors (or a float32 tensor and a number)"
+    if operand_bound(a, bounds) is None and operand_bound(b, bounds) is None:
+        return ("neither operand is known to be finite (an infinity minus itself is NaN): compare with a "
+                "number, or a sigmoid or clamp of the value")
+    if not node.users:
+        return "nothing reads it"
+    for user in node.users:
+        reason = _reader(node, user)
+        if reason is not None:
+            return f"{user.format_node()} {reason}"
+    return None
+
+
+def _reader(node: Node, user: Node) -> str | None:
+    """None when ``user`` reads the comparison as float32 0s and 1s."""
+    if user.op == "call_function" and user.target in _CASTS:
+        value, mask = user.meta.get("val"), node.meta.get("val")
+        float32 = isinstance(value, torch.Tensor) and value.dtype == torch.float32
+        here = isinstance(mask, torch.Tensor) and float32 and value.device == mask.device
+        return None if here and user.args[0] is node else "casts it to another dtype or device"
+    if user.op == "call_function" and user.target is aten.mul.Tensor:
+        other = user.args[1] if user.args[0] is node else user.args[0]
+        value = user.meta.get("val")
+        float32 = isinstance(value, torch.Tensor) and value.dtype == torch.float32
+        readable = _is_float32(other) or isinstance(other, int | float) and not isinstance(other, bool)
+        return None if float32 and readable and other is not node else "multiplies it with a value that is not float32"
+    return "reads it as a bool (only a cast to float32 or a product with float32 values reads 0/1 numbers)"
+
+
+def _is_float32(value: Any) -> bool:
+    return isinstance(value, Node) and isinstance(value.meta.get("val"), torch.Tensor) and \
+        value.meta["val"].dtype == torch.float32
+
+
+def _mask(graph: torch.fx.Graph, node: Node, difference: str, negated: bool) -> Node:
+    """The float32 0/1 mask equal to the comparison (see the module docstring)."""
+    a, b = node.args[0], node.args[1]
+    if difference == "b - a":
+        diff = graph.call_function(aten.rsub.Scalar if not isinstance(b, Node) else aten.sub.Tensor,
+                                   (a, b) if not isinstance(b, Node) else (b, a))
+    else:
+        diff = graph.call_function(aten.sub.Tensor, (a, b))
+        if difference == "|a - b|":
+            diff = graph.call_function(aten.abs.default, (diff,))
+    clamped = graph.call_function(aten.clamp.default, (diff, 0.0, 1.0))
+    step = graph.call_function(aten.ceil.default, (clamped,))
+    if negated:  # 1 - step is +0 or 1 whatever the sign of step's zero
+        return graph.call_function(aten.rsub.Scalar, (step, 1.0))
+    return graph.call_function(aten.abs.default, (step,))
