@@ -42,7 +42,18 @@ def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
 
 def _refuse_from_the_end(node: Node, rows: PaddedRows) -> None:
     """A slice of padded rows that starts from their end (``x[-k:]``) or at their count (``x[n - k:]``)
-    would start in the padding, which sits at the end: only a start from the first row is kept."""
+    would start in the padding, which sits at the end: only a start from the first row is kept. An
+    ``arange`` that starts at the count or steps down (``arange(n - 1, -1, -1)``) would index it."""
+    if is_op(node, "aten.arange.start", "aten.arange.start_step"):
+        start, step = node.args[0], node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
+        counted = [a for a in node.args[:2] if isinstance(a, Node) and rows.size(a.meta.get("val")) is not None]
+        if counted and (start in counted or not (isinstance(step, int) and step > 0)):
+            raise CompactionError(
+                f"{call_site(node)}: an arange from {start} by {step} counts from the end of the rows selected at "
+                f"{rows.site_of(rows.size(counted[0].meta['val']))}; the padded rows sit at the end. Count up from "
+                "a fixed start"
+            )
+        return
     if not is_op(node, "aten.slice.Tensor", "aten.narrow.default"):
         return
     args = list(node.args) + [None] * (3 - len(node.args))

@@ -66,3 +66,15 @@ def test_slices_from_the_end_are_refused() -> None:
     site = r"test_row_wise.py\", line \d+, in forward: "
     with pytest.raises(CompactionError, match=site + r"slices the rows selected at .* from -2, counted from their end"):
         padded(LastRows(), rand(40, 4))
+
+
+class Reversed(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        return kept[torch.arange(kept.shape[0] - 1, -1, -1)]
+
+
+def test_aranges_down_from_the_count_are_refused() -> None:
+    site = r"test_row_wise.py\", line \d+, in forward: "
+    with pytest.raises(CompactionError, match=site + r"an arange from .* by -1 counts from the end of the rows"):
+        padded(Reversed(), rand(40, 4))
