@@ -77,7 +77,7 @@ def reshape(b: Builder) -> Statement | None:
 
 def _free(b: Builder, shape: list[int]) -> int | None:
     """Which size to write as -1; a dynamic batch's dim 0 mostly, so the view keeps it dynamic."""
-    if any(i.dynamic for i in b.inputs) and b.integer(0, 3):
+    if any(i.dynamic for i in b.inputs):
         return 0
     return b.one_of([None, *range(len(shape))])
 
@@ -366,6 +366,24 @@ def write(b: Builder) -> Statement | None:
     return lines, []
 
 
+def clone_write(b: Builder) -> Statement | None:
+    """YOLOv5's xywh2xyxy: a clone, then columns of it written from columns of its source, which
+    the later writes read again (a clone dropped as a no-op moves the writes onto the source)."""
+    t = b.pick(lambda v: floats(v) and v.value.dim() >= (2 if v.rows else 1) and v.shape[-1] >= 2)
+    if t is None:
+        return None
+    name, rank, size = b.new_name(), t.value.dim(), t.shape[-1]
+    lines = [f"{name} = {t.name}.clone()"]
+    for _ in range(b.integer(1, 4)):
+        i, j, k = (b.integer(0, size - 1) for _ in range(3))
+        column = index_expr(t.name, rank - 1, "{}", rank)
+        value = f"{column.format(j)} {b.one_of(['-', '+'])} {column.format(k)} / 2"
+        lines.append(f"{index_expr(name, rank - 1, str(i), rank)} = {value}")
+    if b.draw(st.booleans()):
+        lines.append(f"{name}.{b.one_of(['add_(1.0)', 'mul_(0.5)', 'clamp_(min=0.0)'])}")
+    return lines, [New(name, rows=t.rows, smooth=False)]
+
+
 def _value_for(b: Builder, y: Var, shape: tuple[int, ...]) -> str:
     """A value that broadcasts to ``shape``: a constant, or an expression of variables."""
     fits = [v for v in b.vars.values() if v.det is None and v.rows == y.rows and v.value.dtype == y.value.dtype
@@ -388,8 +406,8 @@ def _broadcast_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 
 def _write_item(b: Builder, y: Var) -> list[str] | None:
     """``y[:, i] = ...``, ``y[a:b] += ...``: a select or a slice of ``y`` written."""
-    rank = y.value.dim()
-    dim = b.integer(1 if y.rows else 0, rank - 1) if rank > 1 or not y.rows else None
+    rank, across = y.value.dim(), bool(y.rows) or any(i.dynamic for i in b.inputs)  # not along a batch
+    dim = b.integer(1 if across else 0, rank - 1) if rank > 1 or not across else None
     if dim is None or y.shape[dim] == 0:
         return None
     size = y.shape[dim]
@@ -593,19 +611,19 @@ STATEMENTS: dict[str, Callable[[Builder], Statement | None]] = {
     "expand": expand, "copy": copy, "unary": unary, "binary": binary, "reduce": reduce, "max": max_dim,
     "cast": cast, "where": where, "cat": cat, "sort": sort, "take": take, "write": write,
     "selection": selection, "top_rows": top_rows, "nms": nms, "layer": layer, "padded_copy": padded_copy,
-    "constant": constant,
+    "constant": constant, "clone_write": clone_write,
 }
 WEIGHTS = {"write": 6, "copy": 4, "reshape": 3, "permute": 3, "select": 2, "slice": 3, "selection": 3, "top_rows": 3,
            "nms": 3, "unary": 2, "binary": 2, "layer": 2}
 VIEWS = ("reshape", "permute", "unsqueeze", "select", "slice", "expand", "copy")
 VALUES = ("unary", "binary", "reduce", "max", "cast", "where", "cat", "sort", "take")
 FAMILIES: dict[str, tuple[tuple[str, ...], bool | None]] = {
-    "aliasing": ((*VIEWS, *VALUES, "write"), None),
-    "detection": (("selection", "top_rows", "nms", "write", "slice", "select", "copy", "unary", "binary", "reduce",
-                   "cat", "cast", "where", "take", "max"), False),
+    "aliasing": ((*VIEWS, *VALUES, "write", "clone_write"), None),
+    "detection": (("selection", "top_rows", "nms", "write", "clone_write", "slice", "select", "copy", "unary", "binary",
+                   "reduce", "cat", "cast", "where", "take", "max"), False),
     "layers": (("layer", "layer", "layer", "padded_copy", "constant", *VIEWS, "unary", "binary", "max", "write"),
                False),
-    "dynamic_batch": ((*VIEWS, *VALUES, "write", "layer", "constant", "selection", "nms"), True),
+    "dynamic_batch": ((*VIEWS, *VALUES, "write", "clone_write", "layer", "constant", "selection", "nms"), True),
 }
 """Kinds of statements and whether the batch is dynamic: one family a test, so that each draws
 programs dense in what its passes rewrite (views and writes; selections, top-k and NMS; layers,

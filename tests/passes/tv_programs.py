@@ -217,8 +217,9 @@ class Builder:
                 other.index = None
 
     def finish(self) -> Program:
-        """Return the variables no later statement reads (the last four), so that little is dead
-        code, which torch.export would drop; then the NMS's kept rows, if any."""
+        """Return what no later statement reads, so that little is dead code (which torch.export
+        would drop), and what is read too, up to eight, so that a pass that changes a value a later
+        write should not reach (a clone's source) shows it; then the NMS's kept rows, if any."""
         read: set[str] = set()
         for line in self.lines:
             target, assigned, value = line.partition(" = ")
@@ -226,7 +227,10 @@ class Builder:
             defines = assigned and re.fullmatch(r"[\w, ]+", target)
             read |= set(re.findall(r"\bv\d+\b", value)) | (set() if defines else set(names[1:]))
         made = [v for v in self.vars.values() if v.det is None and v.name not in {i.name for i in self.inputs}]
-        outputs = [v.name for v in made if v.name not in read][-4:] or [v.name for v in made[-1:]]
+        unread = [v.name for v in made if v.name not in read][-6:]
+        rest = [v.name for v in made if v.name not in unread]
+        also = rest[len(rest) - min(len(rest), 8 - len(unread)):]
+        outputs = [v.name for v in made if v.name in unread or v.name in also]
         if not outputs:
             outputs = [self.inputs[0].name]
         detections = []
