@@ -94,7 +94,8 @@ def _is_float32(node: torch.fx.Node) -> bool:
 
 
 CREATES_FLOAT32 = ("aten.arange", "aten.full", "aten.zeros", "aten.ones", "aten.empty", "aten.scalar_tensor",
-                  "aten.lift_fresh_copy", "aten._to_copy", "aten.rand", "aten.linspace")
+                  "aten.lift_fresh_copy", "aten._to_copy", "aten.to.dtype", "aten.rand", "aten.linspace")
+"""Ops whose float32 output no input makes reduced: ``arange(n).float()`` (``to.dtype``) included."""
 
 
 def _dtype_after(

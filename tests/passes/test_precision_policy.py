@@ -77,3 +77,28 @@ def _clear_scores(scores: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
 def test_fp32_setting_is_not_modified() -> None:
     gm, _, _ = _detector_graph()
     assert not precision_policy(gm, Settings()).modified
+
+
+class GridIntoLinear(torch.nn.Module):
+    """``arange(n).float()`` (an ``aten.to.dtype`` node) added to the input, then a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(12, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x + torch.arange(12).float() * 0.5)
+
+
+@pytest.mark.parametrize("precision", sorted(HALVES))
+def test_a_float_cast_of_integers_is_cast_again_where_the_network_is_reduced(precision: str) -> None:
+    model, x = GridIntoLinear().eval(), torch.randn(2, 12)
+    gm = capture(model, (x,)).graph_module
+    assert "aten.to.dtype" in op_histogram(gm)
+    gm = precision_policy(gm, Settings(precision=precision)).graph_module
+    gm.recompile()
+    linear = next(n for n in gm.graph.nodes if str(n.target) == "aten.linear.default")
+    assert _input_dtypes(gm, "aten.linear.default") == [HALVES[precision]] * 3 and linear.meta["val"].dtype != x.dtype
+    with torch.no_grad():
+        got, want = gm(x)[0], model(x)
+    assert got.dtype == torch.float32 and (got - want).abs().max().item() < 2e-2

@@ -1,7 +1,8 @@
 """Every other op that reads padded rows or their count: row-wise work on padded rows (arithmetic,
 column slices, gathers by kept indices) changes nothing on the valid ones, and a count used as a
 shape (``reshape(x, [n, 4])``, ``arange(n)``) becomes its bound. What the padding would change is
-refused with the call site: a reduction or sort over the selected rows, or their count as a value.
+refused with the call site: a reduction or sort over the selected rows, their count as a value, or
+a slice of them that starts from their end (``x[-k:]``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,38 @@ def _check(node: Node, rows: PaddedRows) -> str | None:
 
 
 def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
+    _refuse_from_the_end(node, rows)
     if not str(node.target).startswith("aten._assert"):
         node.args, node.kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: _bound(node, a, rows))
     _refuse_mixing(node, rows)
+
+
+def _refuse_from_the_end(node: Node, rows: PaddedRows) -> None:
+    """A slice of padded rows that starts from their end (``x[-k:]``) or at their count (``x[n - k:]``)
+    would start in the padding, which sits at the end: only a start from the first row is kept. An
+    ``arange`` that starts at the count or steps down (``arange(n - 1, -1, -1)``) would index it."""
+    if is_op(node, "aten.arange.start", "aten.arange.start_step"):
+        start, step = node.args[0], node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
+        counted = [a for a in node.args[:2] if isinstance(a, Node) and rows.size(a.meta.get("val")) is not None]
+        if counted and (start in counted or not (isinstance(step, int) and step > 0)):
+            raise CompactionError(
+                f"{call_site(node)}: an arange from {start} by {step} counts from the end of the rows selected at "
+                f"{rows.site_of(rows.size(counted[0].meta['val']))}; the padded rows sit at the end. Count up from "
+                "a fixed start"
+            )
+        return
+    if not is_op(node, "aten.slice.Tensor", "aten.narrow.default"):
+        return
+    args = list(node.args) + [None] * (3 - len(node.args))
+    dim, start = args[1] if args[1] is not None else 0, args[2] if args[2] is not None else 0
+    if dim % max(node.args[0].meta["val"].dim(), 1) in rows.dims(node.args[0]) and not (
+        isinstance(start, int) and start >= 0
+    ):
+        raise CompactionError(
+            f"{call_site(node)}: slices the rows selected at {rows.site(node.args[0])} from {start}, counted from "
+            "their end or their number; the padded rows sit at the end. Slice from the first row ([:k]), or take "
+            "the rows with topk"
+        )
 
 
 def _bound(node: Node, arg: Node, rows: PaddedRows) -> object:

@@ -1,6 +1,6 @@
 """``topk(x, min(n, k))`` over padded rows: the padding sorts last (-inf, or +inf for the
-smallest), and k becomes the static ``min(bound, k)``, so the valid results come first and their
-count is ``min(n, k)``, as eager's."""
+smallest; an integer type's extreme), and k becomes the static ``min(bound, k)``, so the valid
+results come first and their count is ``min(n, k)``, as eager's."""
 
 from __future__ import annotations
 
@@ -33,11 +33,20 @@ def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     if expr is not None:
         shape = [-1] + [1] * (source.meta["val"].dim() - 1)
         valid = gm.graph.call_function(aten.view.default, (rows.valid(expr), shape))
-        padding = float("-inf") if args[3] else float("inf")
+        padding = _last(source.meta["val"].dtype, args[3])
         args[0] = gm.graph.call_function(aten.where.ScalarOther, (valid, source, padding))
     if isinstance(k, Node):
         args[1] = rows.bound(rows.size(k.meta["val"]))
     node.args, node.kwargs = tuple(args), {}
+
+
+def _last(dtype: torch.dtype, largest: bool) -> float | int:
+    """The value that ranks last: -inf (+inf for the smallest), or the integer type's own extreme,
+    as an infinity would make integer rows float."""
+    if dtype.is_floating_point:
+        return float("-inf") if largest else float("inf")
+    info = torch.iinfo(dtype)
+    return info.min if largest else info.max
 
 
 TOPK = Rule("topk", _check, _replace)

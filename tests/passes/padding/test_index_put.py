@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from fxdeploy.passes.padding import CompactionError
 from tests.passes.padding.helpers import assert_matches_eager, padded, rand
 
 
@@ -34,3 +36,37 @@ def test_index_put_by_level() -> None:
     assert_matches_eager(model, gm, _inputs)
     x, levels = _inputs(3)
     assert (levels == 2).any() and (levels == 0).any()  # the untouched rows are checked too
+
+
+class MaskedWriteOfSelected(torch.nn.Module):
+    """``kept[kept > t] = v``, ``kept[kept[:, 0] > t] = v``: a value of a static size written by
+    boolean masks over selected rows, element by element (row-wise), not by indices."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.3]
+        kept[kept > 0.8] = 0.0
+        kept[kept[:, 1] > 0.5] = 2.0
+        return kept
+
+
+def test_boolean_masks_over_selected_rows_are_row_wise() -> None:
+    model = MaskedWriteOfSelected()
+    gm, _, after = padded(model, rand(24, 5))
+    writes = [n for n in gm.graph.nodes if str(n.target) == "aten.index_put.default"]
+    assert len(writes) == 2 and all(w.args[1][0].meta["val"].dtype == torch.bool for w in writes)
+    assert "aten.new_zeros.default" not in after  # no scratch row: nothing is written by index
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(24, 5, seed=seed),))
+    assert len(set(counts)) > 1
+
+
+class ScaleMaskedSelected(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.3]
+        kept[kept[:, 1] > 0.5] *= 2
+        return kept
+
+
+def test_selected_values_written_by_a_mask_are_refused() -> None:
+    site = r"test_index_put.py\", line \d+, in forward: "
+    with pytest.raises(CompactionError, match=site + r".*torch.where\(mask, f\(x\), x\)"):
+        padded(ScaleMaskedSelected(), rand(24, 5))

@@ -43,3 +43,20 @@ class _Flat(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         return [t for image in self.model(x) for t in image.values()]
+
+
+class SelectedFlags(torch.nn.Module):
+    """A comparison over selected rows, returned: a bool output padded with False, not an int64 one."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = x[x[:, 0] > 0.5]
+        return kept[:, 1] > 0.5, kept
+
+
+def test_selected_bool_rows_stay_bool() -> None:
+    model = SelectedFlags()
+    gm, _, _ = padded(model, rand(30, 3))
+    flags = gm(rand(30, 3, seed=2))[0]
+    assert flags.dtype == torch.bool and flags.shape == (30,)
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(30, 3, seed=seed),))  # dtypes compared too
+    assert len(set(counts)) > 1

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from fxdeploy.passes.padding import CompactionError
 from fxdeploy.passes.padding.row_wise import ROW_WISE
 from fxdeploy.passes.padding.rows import PaddedRows
 from tests.passes.padding.helpers import assert_matches_eager, captured, padded, rand
@@ -38,3 +40,41 @@ def test_check_says_why_it_does_not_match() -> None:
     gm = captured(Plain(), rand(4))
     node = next(n for n in gm.graph.nodes if str(n.target) == "aten.sigmoid.default")
     assert ROW_WISE.check(node, PaddedRows(gm.graph)) == "reads no selected rows and no count of them"
+
+
+class SlicesFromTheFirstRow(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        kept = x[x[:, 0] > 0.5]
+        return kept[1:], kept[:-1], kept[:3]
+
+
+def test_slices_from_the_first_row_keep_the_valid_rows_first() -> None:
+    model = SlicesFromTheFirstRow()
+    gm, _, _ = padded(model, rand(40, 4))
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(40, 4, seed=seed),))
+    assert len(set(counts)) > 1
+
+
+class LastRows(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        return kept[-2:]
+
+
+def test_slices_from_the_end_are_refused() -> None:
+    """On padded rows ``[-2:]`` would take two padding rows: refused, with the call site."""
+    site = r"test_row_wise.py\", line \d+, in forward: "
+    with pytest.raises(CompactionError, match=site + r"slices the rows selected at .* from -2, counted from their end"):
+        padded(LastRows(), rand(40, 4))
+
+
+class Reversed(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        return kept[torch.arange(kept.shape[0] - 1, -1, -1)]
+
+
+def test_aranges_down_from_the_count_are_refused() -> None:
+    site = r"test_row_wise.py\", line \d+, in forward: "
+    with pytest.raises(CompactionError, match=site + r"an arange from .* by -1 counts from the end of the rows"):
+        padded(Reversed(), rand(40, 4))

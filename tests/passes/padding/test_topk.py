@@ -53,3 +53,19 @@ def test_a_static_topk_does_not_match() -> None:
     gm = captured(Static(), rand(10))
     node = next(n for n in gm.graph.nodes if str(n.target) == "aten.topk.default")
     assert TOPK.check(node, PaddedRows(gm.graph)) == "neither its rows nor its k come from a selection"
+
+
+class TopOfSelectedIntegers(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = (x[x[:, 0] > 0.5] * 1000).long()
+        return kept[:, 1].topk(min(kept.shape[0], 6)).values
+
+
+def test_integer_rows_stay_integers() -> None:
+    """The padding of integer rows is the type's minimum: an -inf would make the values float."""
+    model = TopOfSelectedIntegers()
+    gm, _, _ = padded(model, rand(30, 3))
+    topk = next(n for n in gm.graph.nodes if str(n.target) == "aten.topk.default")
+    assert topk.args[0].args[2] == torch.iinfo(torch.long).min
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(30, 3, seed=seed),))  # dtypes compared too
+    assert 6 in counts
