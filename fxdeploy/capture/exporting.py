@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch._functorch.config
+from torch._guards import detect_fake_mode
 from torch.utils import _pytree as pytree
 
 from fxdeploy.capture import substitution
@@ -88,7 +90,8 @@ def _decided_by_example(
                     raise
                 first = exc
     logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
-    with module_state(model), torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True), _quiet():
+    with module_state(model), _parameters_as_buffers(model), _quiet(), \
+            torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True):
         try:
             ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
         except Exception as second:  # noqa: BLE001
@@ -103,6 +106,9 @@ def _decided_by_example(
         for value in pytree.tree_leaves(node.meta.get("val")):
             if isinstance(value, torch.Tensor) and getattr(value, "real_tensor", None) is not None:
                 value.real_tensor = None
+    mode = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+    if mode is not None:  # a later trace of the program (functionalization) runs in its fake mode: shapes only
+        mode.propagate_real_tensors = False
     return ep
 
 
@@ -141,6 +147,24 @@ def module_state(model: torch.nn.Module) -> Iterator[None]:
             module._parameters.update(parameters)
             module._buffers.clear()
             module._buffers.update(buffers)
+
+
+@contextlib.contextmanager
+def _parameters_as_buffers(model: torch.nn.Module) -> Iterator[None]:
+    """Every parameter held as a buffer of the same values, for an export whose real values decide
+    branches. torch 2.13's fake tensors copy the values of a plain tensor into ``real_tensor``, but
+    not those of an ``nn.Parameter`` (its ``_safe_copy`` takes only ``type(t) is torch.Tensor``):
+    every weight would hold uninitialized memory, and a branch on a score filter would be decided by
+    it. Runs inside ``module_state``, which gives each module its parameters back; tied weights
+    stay one tensor."""
+    held: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for name, parameter in list(module._parameters.items()):
+            if parameter is None:
+                continue
+            module._buffers[name] = held.setdefault(id(parameter), parameter.detach())
+            del module._parameters[name]
+    yield
 
 
 @contextlib.contextmanager
