@@ -49,9 +49,10 @@ _MOVABLE = _HOST_ONLY | _VIEWS
 _REDUCE = frozenset({_aten.max, _aten.min, _aten.amax, _aten.amin, _aten.sum})
 """Reductions that stay on the host where they read host values only (batched_nms's class offset:
 the largest coordinate of the candidate boxes)."""
-_WRITES = frozenset({_aten.empty_like, _aten.copy_, _aten.copy})
+_WRITES = frozenset({_aten.empty_like, _aten.copy_, _aten.copy, _aten.select_scatter, _aten.slice_scatter})
 """A buffer made to be written into and the writes into it (Ultralytics' in-place xywh2xyxy of
-the selected rows): on host values they run on the host; a write has no users of its own."""
+the selected rows; in a functional graph, YOLOv5's ``y = x.clone(); y[:, 0] = ...`` is a ``copy``
+and a ``select_scatter``): on host values they run on the host; a write has no users of its own."""
 _FROM_SIZES = frozenset({
     _aten.arange, _aten.ones, _aten.zeros, _aten.full, _aten.linspace, _aten.eye, _aten.new_ones,
     _aten.new_zeros, _aten.new_full,
