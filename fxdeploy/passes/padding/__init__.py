@@ -8,6 +8,7 @@ One rule per construct, each a ``check`` and a ``replace`` in its own file:
 
 - ``selections``: ``x[mask]``, ``nonzero``, ``where(cond)``, ``masked_select``;
 - ``topk``: ``topk(x, min(n, k))`` over selected rows;
+- ``sort``: ``sort``/``argsort`` along selected rows, the padding ranked last;
 - ``cat``: the levels of a pyramid, each selected;
 - ``index_put``: writes by selected indices;
 - ``nms``: ``nms``/``batched_nms`` (and ``keep[:k]``) as a static ``multiclass_nms``;
@@ -32,6 +33,7 @@ from fxdeploy.passes.padding.row_wise import ROW_WISE
 from fxdeploy.passes.padding.rows import PaddedRows, UnsupportedSize
 from fxdeploy.passes.padding.rule import CompactionError, Rule
 from fxdeploy.passes.padding.selections import BOOL_INDEX, MASKED_SELECT, NONZERO, WHERE
+from fxdeploy.passes.padding.sort import SORT
 from fxdeploy.passes.padding.topk import TOPK
 from fxdeploy.settings import Settings
 
@@ -40,7 +42,7 @@ __all__ = ["RULES", "CompactionError", "Rule", "pad_compactions"]
 # The first rule that matches a node rewrites it. ROW_WISE comes last: it takes every op that
 # reads selected rows and that no construct rule took.
 RULES: tuple[Rule, ...] = (
-    BOOL_INDEX, NONZERO, WHERE, MASKED_SELECT, TOPK, CAT, INDEX_PUT, NMS, TRIM_OUTPUTS, ROW_WISE,
+    BOOL_INDEX, NONZERO, WHERE, MASKED_SELECT, TOPK, SORT, CAT, INDEX_PUT, NMS, TRIM_OUTPUTS, ROW_WISE,
 )
 
 
