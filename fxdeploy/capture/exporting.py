@@ -23,6 +23,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.capture import substitution
 from fxdeploy.capture.errors import explain
+from fxdeploy.capture.stacks import recording_stacks
 from fxdeploy.errors import CaptureError
 
 logger = logging.getLogger(__name__)
@@ -80,8 +81,9 @@ def _decided_by_example(
     passes then keep that size at its static bound, and ``lower()`` checks the artifact against the
     model run eagerly, so a branch that matters shows as a mismatch there."""
     first: Exception | None = None
+    stacks = contextlib.nullcontext if strict else recording_stacks  # dynamo records whole stacks itself
     if not real_values:
-        with module_state(model), _quiet():
+        with module_state(model), _quiet(), stacks():
             try:
                 return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
             except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
@@ -90,7 +92,7 @@ def _decided_by_example(
                     raise
                 first = exc
     logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
-    with module_state(model), _parameters_as_buffers(model), _quiet(), \
+    with module_state(model), _parameters_as_buffers(model), _quiet(), stacks(), \
             torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True):
         try:
             ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)

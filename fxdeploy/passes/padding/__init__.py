@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import call_site, refresh_meta, unbacked_symbols
+from fxdeploy.passes.graph_utils import call_site, inherit_stack_traces, refresh_meta, unbacked_symbols
 from fxdeploy.passes.padding.cat import CAT
 from fxdeploy.passes.padding.index_put import INDEX_PUT
 from fxdeploy.passes.padding.nms import NMS
@@ -48,15 +48,18 @@ RULES: tuple[Rule, ...] = (
 
 def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     rows = PaddedRows(gm.graph)
+    known = set(gm.graph.nodes)
     for node in list(gm.graph.nodes):
         rule = next((r for r in RULES if r.check(node, rows) is None), None)
         if rule is None:
             continue
+        before = node.prev
         with gm.graph.inserting_before(node):
             try:
                 rule.replace(gm, node, rows)
             except UnsupportedSize as exc:
                 raise CompactionError(f"{call_site(node)}: {exc}; only sums, products, min and max are padded") from exc
+        inherit_stack_traces(before, node, known)  # what replaces the op keeps its line
     if not rows.bounds:
         return PassResult(gm, False)
     gm.graph.eliminate_dead_code()
