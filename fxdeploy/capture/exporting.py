@@ -21,10 +21,10 @@ import torch._functorch.config
 from torch._guards import detect_fake_mode
 from torch.utils import _pytree as pytree
 
-from fxdeploy.capture import substitution
+from fxdeploy.capture import branches, substitution
 from fxdeploy.capture.errors import explain
 from fxdeploy.capture.stacks import recording_stacks
-from fxdeploy.errors import CaptureError
+from fxdeploy.errors import CaptureError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,10 @@ def _decided_by_example(
                 second.real_values = True  # type: ignore[attr-defined]
                 raise  # a dim the code fixes (a loop over the batch): capture can act on it
             logger.debug("capture with the example's values failed too: %s", second)
+            if branches.elsewhere(second, first):  # the example decided the first branch; another one stops it
+                second.real_values, second.decided = True, first  # type: ignore[attr-defined]
+                raise
+            first.retry = first_line(second)  # type: ignore[attr-defined]
             raise first from None  # the data-dependent branch is what the user can act on
     if _branches_on_values(ep.graph):  # only sizes may decide: a value's branch differs per input
         raise first or CaptureError("a Python branch reads a tensor's value, which the example decided")
@@ -116,17 +120,22 @@ def _decided_by_example(
 
 def _branches_on_values(graph: torch.fx.Graph) -> bool:
     """Whether a branch the example decided reads a tensor's value (``if x.sum() > 0``), not
-    the size of a selection (``if not len(kept)``): the asserts torch left name the symbols."""
-    values = set()
+    the size of a selection (``if not len(kept)``): an assert torch left computes its condition
+    from an ``item`` (through scalar ops only; a tensor's size is not its value). The symbols of
+    the asserts do not tell: where the real values decided, ``item`` holds a constant."""
+    values = ("aten._local_scalar_dense.default", "aten.item.default")
     for node in graph.nodes:
-        if str(node.target) in ("aten._local_scalar_dense.default", "aten.item.default"):
-            values |= {str(s) for s in node.meta.get("unbacked_bindings", {})}
-    for node in graph.nodes:
-        if str(node.target) == "aten._assert_scalar.default" and isinstance(node.args[0], torch.fx.Node):
-            condition = node.args[0].meta.get("val")
-            symbols = getattr(getattr(condition, "node", None), "expr", None)
-            if symbols is not None and {str(s) for s in symbols.free_symbols} & values:
+        if str(node.target) != "aten._assert_scalar.default":
+            continue
+        stack, seen = [a for a in node.all_input_nodes], set()
+        while stack:
+            current = stack.pop()
+            if current in seen or isinstance(current.meta.get("val"), torch.Tensor):
+                continue
+            if str(current.target) in values:
                 return True
+            seen.add(current)
+            stack.extend(current.all_input_nodes)
     return False
 
 
