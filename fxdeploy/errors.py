@@ -40,6 +40,11 @@ class RegistryError(FxDeployError):
     """A registry got a duplicate or an unknown key."""
 
 
+class CompileFallbackWarning(UserWarning):
+    """A torch.compile backend runs one graph dynamo gave it eagerly, since fxdeploy could not lower
+    it; the message names the backend, the graph and the reason."""
+
+
 class UnpackWarning(UserWarning):
     """A loaded artifact was lowered with a substitution's unpack, which is code and so not saved."""
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from fxdeploy.capture import branches
+
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>]+)')
 _INTERNAL = (
     os.path.dirname(torch.__file__),
@@ -26,6 +28,11 @@ _DATA_DEPENDENT = (
 
 
 def explain(exc: BaseException, model: Any, subs: Any) -> str:
+    guard = branches.parse(exc)
+    if guard is not None:  # said in fxdeploy's words, torch's own first line aside
+        lines = [f"fxdeploy could not capture {type(model).__name__}:"]
+        lines += branches.explain(guard, branches.parse(getattr(exc, "decided", None)), getattr(exc, "retry", ""))
+        return "\n".join(lines + _active(subs))
     frame = _user_frame(exc)
     summary = _first_line(exc)
     lines = [f"fxdeploy could not capture {type(model).__name__}: {type(exc).__name__}: {summary}"]
@@ -52,10 +59,12 @@ def explain(exc: BaseException, model: Any, subs: Any) -> str:
             "dict: give that example a size of 2 or more there (the range can still start at 1)."
         )
     lines += _diagnosis(text)
+    return "\n".join(lines + _active(subs))
+
+
+def _active(subs: Any) -> list[str]:
     active = [s.name for s in subs]
-    if active:
-        lines.append(f"  substitutions active during this capture: {', '.join(active)}")
-    return "\n".join(lines)
+    return [f"  substitutions active during this capture: {', '.join(active)}"] if active else []
 
 
 def _diagnosis(text: str, most: int = 8) -> list[str]:

@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch._functorch.config
+from torch._guards import detect_fake_mode
 from torch.utils import _pytree as pytree
 
-from fxdeploy.capture import substitution
+from fxdeploy.capture import branches, substitution
 from fxdeploy.capture.errors import explain
-from fxdeploy.errors import CaptureError
+from fxdeploy.capture.stacks import recording_stacks
+from fxdeploy.errors import CaptureError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +81,9 @@ def _decided_by_example(
     passes then keep that size at its static bound, and ``lower()`` checks the artifact against the
     model run eagerly, so a branch that matters shows as a mismatch there."""
     first: Exception | None = None
+    stacks = contextlib.nullcontext if strict else recording_stacks  # dynamo records whole stacks itself
     if not real_values:
-        with module_state(model), _quiet():
+        with module_state(model), _quiet(), stacks():
             try:
                 return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
             except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
@@ -88,7 +92,8 @@ def _decided_by_example(
                     raise
                 first = exc
     logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
-    with module_state(model), torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True), _quiet():
+    with module_state(model), _parameters_as_buffers(model), _quiet(), stacks(), \
+            torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True):
         try:
             ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
         except Exception as second:  # noqa: BLE001
@@ -96,6 +101,10 @@ def _decided_by_example(
                 second.real_values = True  # type: ignore[attr-defined]
                 raise  # a dim the code fixes (a loop over the batch): capture can act on it
             logger.debug("capture with the example's values failed too: %s", second)
+            if branches.elsewhere(second, first):  # the example decided the first branch; another one stops it
+                second.real_values, second.decided = True, first  # type: ignore[attr-defined]
+                raise
+            first.retry = first_line(second)  # type: ignore[attr-defined]
             raise first from None  # the data-dependent branch is what the user can act on
     if _branches_on_values(ep.graph):  # only sizes may decide: a value's branch differs per input
         raise first or CaptureError("a Python branch reads a tensor's value, which the example decided")
@@ -103,22 +112,30 @@ def _decided_by_example(
         for value in pytree.tree_leaves(node.meta.get("val")):
             if isinstance(value, torch.Tensor) and getattr(value, "real_tensor", None) is not None:
                 value.real_tensor = None
+    mode = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+    if mode is not None:  # a later trace of the program (functionalization) runs in its fake mode: shapes only
+        mode.propagate_real_tensors = False
     return ep
 
 
 def _branches_on_values(graph: torch.fx.Graph) -> bool:
     """Whether a branch the example decided reads a tensor's value (``if x.sum() > 0``), not
-    the size of a selection (``if not len(kept)``): the asserts torch left name the symbols."""
-    values = set()
+    the size of a selection (``if not len(kept)``): an assert torch left computes its condition
+    from an ``item`` (through scalar ops only; a tensor's size is not its value). The symbols of
+    the asserts do not tell: where the real values decided, ``item`` holds a constant."""
+    values = ("aten._local_scalar_dense.default", "aten.item.default")
     for node in graph.nodes:
-        if str(node.target) in ("aten._local_scalar_dense.default", "aten.item.default"):
-            values |= {str(s) for s in node.meta.get("unbacked_bindings", {})}
-    for node in graph.nodes:
-        if str(node.target) == "aten._assert_scalar.default" and isinstance(node.args[0], torch.fx.Node):
-            condition = node.args[0].meta.get("val")
-            symbols = getattr(getattr(condition, "node", None), "expr", None)
-            if symbols is not None and {str(s) for s in symbols.free_symbols} & values:
+        if str(node.target) != "aten._assert_scalar.default":
+            continue
+        stack, seen = [a for a in node.all_input_nodes], set()
+        while stack:
+            current = stack.pop()
+            if current in seen or isinstance(current.meta.get("val"), torch.Tensor):
+                continue
+            if str(current.target) in values:
                 return True
+            seen.add(current)
+            stack.extend(current.all_input_nodes)
     return False
 
 
@@ -141,6 +158,24 @@ def module_state(model: torch.nn.Module) -> Iterator[None]:
             module._parameters.update(parameters)
             module._buffers.clear()
             module._buffers.update(buffers)
+
+
+@contextlib.contextmanager
+def _parameters_as_buffers(model: torch.nn.Module) -> Iterator[None]:
+    """Every parameter held as a buffer of the same values, for an export whose real values decide
+    branches. torch 2.13's fake tensors copy the values of a plain tensor into ``real_tensor``, but
+    not those of an ``nn.Parameter`` (its ``_safe_copy`` takes only ``type(t) is torch.Tensor``):
+    every weight would hold uninitialized memory, and a branch on a score filter would be decided by
+    it. Runs inside ``module_state``, which gives each module its parameters back; tied weights
+    stay one tensor."""
+    held: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for name, parameter in list(module._parameters.items()):
+            if parameter is None:
+                continue
+            module._buffers[name] = held.setdefault(id(parameter), parameter.detach())
+            del module._parameters[name]
+    yield
 
 
 @contextlib.contextmanager

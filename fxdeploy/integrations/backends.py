@@ -5,16 +5,29 @@ process that never imported fxdeploy. Dynamo hands a backend a graph whose input
 model's parameters and, once shapes vary, symbolic sizes; the backend freezes parameters and
 buffers into the artifact (a deployed graph does not see later weight updates), derives the
 sizes from the tensors, and marks those dims dynamic.
+
+Dynamo cuts a model where it cannot trace on (a per-image loop over data-dependent detections
+gives many graphs, some with no output at all). Each graph fxdeploy can lower is lowered; one it
+cannot take (a size input no tensor's shape holds, a refusal of the lowering, a failure of the
+artifact on an input) runs as the GraphModule dynamo gave, eagerly, with one
+``CompileFallbackWarning`` naming the reason. The compiled model never raises for fxdeploy's sake.
+A graph with nothing to deploy (no output) runs eagerly without a word.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from fxdeploy.errors import CompileFallbackWarning, first_line
+
+logger = logging.getLogger(__name__)
 
 
 class _GraphWithConstants(torch.nn.Module):
@@ -78,8 +91,7 @@ def _split_inputs(
             symbol = str(where.node.expr) if isinstance(where, torch.SymInt) else None
             if symbol not in locations:
                 raise NotImplementedError(
-                    f"fxdeploy backend: graph input #{i} is a size ({where}) not found in any "
-                    "input tensor's shape; compile with dynamic=False"
+                    f"graph input #{i} is a size ({where}) that no input tensor's shape holds"
                 )
             layout[i] = ("size", locations[symbol])
     return layout, constants, data, shapes
@@ -116,36 +128,88 @@ Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 def make_backend(target: str, name: str | None = None) -> Backend:
     """A torch.compile backend lowering each captured graph to ``target``; ``name`` is the one it
     is registered under (``torch_dynamo_backends`` entry point), ``fxdeploy_<target>`` by default."""
+    label = name or f"fxdeploy_{target}"
+
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        layout, constants, data, shapes = _split_inputs(gm, example_inputs)
+        if not _returns_tensors(gm):
+            logger.debug("%s: a graph with no tensor output runs as dynamo gave it", label)
+            return gm
+        try:
+            layout, constants, data, shapes = _split_inputs(gm, example_inputs)
+        except NotImplementedError as exc:
+            return _Runner(gm, label, None, [], [], reason=str(exc))
+        if not data:
+            return _Runner(gm, label, None, [], [], reason="it reads no input tensor, only weights and sizes")
         wrapper = _named_inputs(_GraphWithConstants(gm, layout, constants), len(data))
         dynamic = {f"input_{i}": s for i, s in enumerate(shapes)} if any(shapes) else None
-        data_positions = [i for i, (kind, _) in enumerate(layout) if kind == "input"]
-        examples = [t.detach().clone() for t in data]
-        lowered: list[Any] = []
-        lock = threading.Lock()
+        positions = [i for i, (kind, _) in enumerate(layout) if kind == "input"]
+        lower = _lowering(wrapper, target, dynamic)
+        return _Runner(gm, label, lower, positions, [t.detach().clone() for t in data])
 
-        def deployed() -> Any:
-            # Lowering runs at the first call, outside dynamo's compile context: torch.export
-            # nested inside a backend compile mis-handles guards on symbolic sizes.
-            with lock:
-                if not lowered:
-                    import fxdeploy
-
-                    lowered.append(
-                        fxdeploy.lower(wrapper, tuple(examples), target=target, dynamic_shapes=dynamic)
-                    )
-                    examples.clear()
-            return lowered[0]
-
-        def run(*args: Any) -> Any:
-            return (lowered[0] if lowered else deployed())(*(args[i] for i in data_positions))
-
-        run.deployed = deployed  # type: ignore[attr-defined]
-        return run
-
-    backend.__name__ = name or f"fxdeploy_{target}"
+    backend.__name__ = label
     return backend
+
+
+def _lowering(wrapper: torch.nn.Module, target: str, dynamic: Any) -> Callable[[list[torch.Tensor]], Any]:
+    def lower(examples: list[torch.Tensor]) -> Any:
+        import fxdeploy
+
+        return fxdeploy.lower(wrapper, tuple(examples), target=target, dynamic_shapes=dynamic)
+
+    return lower
+
+
+class _Runner:
+    """One dynamo graph: its deployed artifact, lowered at the first call, or the graph itself,
+    run eagerly, once a reason says fxdeploy cannot take it."""
+
+    def __init__(
+        self, gm: torch.fx.GraphModule, label: str, lower: Callable[[list[torch.Tensor]], Any] | None,
+        positions: list[int], examples: list[torch.Tensor], reason: str | None = None,
+    ) -> None:
+        self.gm, self.label, self.lower, self.positions, self.examples = gm, label, lower, positions, examples
+        self.lowered: Any = None
+        self.reason: str | None = None
+        self.lock = threading.Lock()
+        if reason is not None:
+            self._fall_back(reason)
+
+    def deployed(self) -> Any:
+        """The artifact, lowered now if not yet; None where the graph runs eagerly."""
+        # Lowering runs at the first call, outside dynamo's compile context: torch.export nested
+        # inside a backend compile mis-handles guards on symbolic sizes.
+        with self.lock:
+            if self.lowered is None and self.reason is None and self.lower is not None:
+                try:
+                    self.lowered = self.lower(self.examples)
+                except Exception as exc:  # noqa: BLE001 - the graph runs eagerly; the warning says why
+                    self._fall_back(first_line(exc))
+                self.examples = []
+        return self.lowered
+
+    def __call__(self, *args: Any) -> Any:
+        deployed = self.deployed()
+        if deployed is None:
+            return self.gm(*args)
+        try:
+            return deployed(*(args[i] for i in self.positions))
+        except Exception as exc:  # noqa: BLE001 - e.g. an input outside the artifact's range
+            self._fall_back(f"the artifact failed on inputs {[tuple(a.shape) for a in args if hasattr(a, 'shape')]}: "
+                            f"{first_line(exc)}")
+            return self.gm(*args)
+
+    def _fall_back(self, reason: str) -> None:
+        self.reason, self.lowered = reason, None
+        ops = sum(n.op == "call_function" for n in self.gm.graph.nodes)
+        text = f"{self.label}: a graph of {ops} ops runs eagerly, as dynamo gave it: {reason}".replace("\n", " ")
+        warnings.warn_explicit(text, CompileFallbackWarning, "fxdeploy", 0)  # one line: no source line to show
+
+
+def _returns_tensors(gm: torch.fx.GraphModule) -> bool:
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    leaves = torch.utils._pytree.tree_leaves(output.args)
+    return any(isinstance(leaf, torch.fx.Node) and isinstance(
+        leaf.meta.get("example_value", leaf.meta.get("val")), torch.Tensor) for leaf in leaves)
 
 
 fxdeploy_ort = make_backend("onnxruntime", "fxdeploy_ort")

@@ -52,12 +52,13 @@ _REDUCE = frozenset({_aten.max, _aten.min, _aten.amax, _aten.amin, _aten.sum})
 """Reductions that stay on the host where they read host values only (batched_nms's class offset:
 the largest coordinate of the candidate boxes)."""
 _WRITES = frozenset({
-    _aten.empty_like, _aten.copy, _aten.fill, _aten.slice_scatter, _aten.select_scatter, _aten.index_put,
+    _aten.empty_like, _aten.copy_, _aten.copy, _aten.fill, _aten.slice_scatter, _aten.select_scatter, _aten.index_put,
 })
-"""A buffer made to be written into and the writes into it, functional (Ultralytics' xywh2xyxy of
-the selected rows writes an ``empty_like`` with ``copy`` and ``slice_scatter``): on host values
-they run on the host. On ncnn, ``scatters_as_slices`` has made most of them slices and a ``cat``
-before the cut; what it refuses (a stepped write, an ``index_put``) is found here."""
+"""A buffer made to be written into and the writes into it (Ultralytics' xywh2xyxy of the selected
+rows; in a functional graph, YOLOv5's ``y = x.clone(); y[:, 0] = ...`` is a ``copy`` and a
+``select_scatter``): on host values they run on the host. On ncnn, ``scatters_as_slices`` has made
+most of them slices and a ``cat`` before the cut; what it refuses (a stepped write, an
+``index_put``) is found here."""
 _FROM_SIZES = frozenset({
     _aten.arange, _aten.ones, _aten.zeros, _aten.full, _aten.linspace, _aten.eye, _aten.new_ones,
     _aten.new_zeros, _aten.new_full,

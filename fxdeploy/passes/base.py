@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fxdeploy.errors import PassError
+from fxdeploy.passes.graph_utils import stamp_inserted
 from fxdeploy.settings import Settings
 
 
@@ -64,10 +65,12 @@ def run_pipeline(
     for p in passes:
         name = getattr(p, "__name__", repr(p))
         before = op_histogram(gm)
+        known = set(gm.graph.nodes)
         try:
             result = p(gm, settings)
             gm = result.graph_module
             if result.modified:
+                stamp_inserted(gm, known)  # an error naming an inserted node names the user's line
                 gm.graph.lint()
                 gm.recompile()
         except Exception as exc:

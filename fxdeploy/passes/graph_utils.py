@@ -53,16 +53,58 @@ def size_symbols(size: Any) -> set[str]:
     return {str(s) for s in size.node.expr.free_symbols if str(s).startswith("u")}
 
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
+# torch's and fxdeploy's own files: ``nn.Embedding.forward`` or the wrapper of ``fxdeploy.ops.nms``
+# is not where a user can change anything
+_LIBRARIES = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.dirname(__file__)) + os.sep)
 
 
 def call_site(node: torch.fx.Node) -> str:
     """The user's file:line that produced a node, from the trace's stack: the innermost frame
-    outside torch itself (``nn.Embedding.forward`` is not where a user can change anything)."""
+    outside torch and fxdeploy."""
     trace = node.meta.get("stack_trace") or ""
     lines = [line.strip() for line in trace.strip().splitlines() if line.strip().startswith("File ")]
-    own = [line for line in lines if _TORCH_DIR not in line]
+    own = [line for line in lines if not any(f'"{library}' in line for library in _LIBRARIES)]
     return (own or lines)[-1] if lines else f"node {node.name}"
+
+
+def inherit_stack_traces(after: torch.fx.Node, node: torch.fx.Node, known: set[torch.fx.Node]) -> None:
+    """The nodes a rewrite of ``node`` inserted right after ``after`` (those not in ``known``) take
+    ``node``'s stack trace, so that an error naming one names the line of the op it replaces; they
+    join ``known``. Where ``node`` has none (the graph's output), each takes the line of a value it
+    is computed from, else of one computed from it (the padding zeroed off a returned tensor)."""
+    inserted = []
+    current = after.next
+    while current not in known and current.op != "root":
+        inserted.append(current)
+        known.add(current)
+        current = current.next
+    inserted = [n for n in inserted if not n.meta.get("stack_trace")]
+    trace = node.meta.get("stack_trace")
+    for new in inserted:
+        new.meta["stack_trace"] = trace or _first_trace(new.all_input_nodes)
+    for new in reversed(inserted):
+        if not new.meta["stack_trace"]:
+            new.meta["stack_trace"] = _first_trace(list(new.users))
+
+
+def _first_trace(nodes: list[torch.fx.Node]) -> str | None:
+    return next((t for n in nodes if (t := n.meta.get("stack_trace"))), None)
+
+
+def stamp_inserted(gm: torch.fx.GraphModule, known: set[torch.fx.Node]) -> None:
+    """Nodes a pass inserted (not in ``known``) with no stack trace take that of the node they were
+    inserted before, the op they serve (a cast before its reader) or replace."""
+    waiting: list[torch.fx.Node] = []
+    for node in gm.graph.nodes:
+        if node not in known:
+            if node.op == "call_function" and not node.meta.get("stack_trace"):
+                waiting.append(node)
+            continue
+        trace = node.meta.get("stack_trace")
+        if trace:
+            for new in waiting:
+                new.meta["stack_trace"] = trace
+            waiting.clear()
 
 
 def is_op(node: Any, *names: str) -> bool:

@@ -237,3 +237,31 @@ def test_writes_into_host_rows_stay_on_the_host() -> None:
     assert tail["aten.copy.default"] == 3 and tail["aten.slice_scatter.default"] == 3
     assert tail["aten.empty_like.default"] == 1
     assert tail["aten.split_with_sizes.default"] == 1 and tail[NMS] == 1
+
+
+def test_functional_writes_into_host_rows_stay_on_the_host() -> None:
+    """YOLOv5's xywh2xyxy as a functional graph holds it: a clone of the selected rows, then a
+    ``copy`` and a ``select_scatter`` per column. Left on an engine between the host's selection and
+    its NMS, that stage would take the rows as its batch; the host keeps them."""
+
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node, ...]:
+        call = g.call_function
+        rows = call(aten.cat.default, ([call(aten.mul.Tensor, (xs[0], 2.0)), xs[1]], -1))  # engine: [B, 30, 7]
+        index = call(operator.getitem, (call(aten.topk.default, (call(aten.select.int, (xs[1], 2, 0)), 20)), 1))
+        picked = call(aten.gather.default, (rows, 1, call(aten.expand.default, (
+            call(aten.unsqueeze.default, (index, -1)), [2, 20, 7]))))
+        xyxy = call(aten.clone.default, (picked,))
+        for column, (centre, side, op) in enumerate(((0, 2, aten.sub), (1, 3, aten.sub), (0, 2, aten.add))):
+            half = call(aten.div.Tensor, (call(aten.select.int, (picked, 2, side)), 2.0))
+            value = call(op.Tensor, (call(aten.select.int, (picked, 2, centre)), half))
+            written = call(aten.copy.default, (call(aten.select.int, (xyxy, 2, column)), value))
+            xyxy = call(aten.select_scatter.default, (xyxy, written, 2, column))
+        boxes = call(aten.slice.Tensor, (xyxy, 2, 0, 4))
+        scores = call(aten.slice.Tensor, (xyxy, 2, 4, 7))
+        nms = call(torch.ops.fxdeploy.multiclass_nms.default, (boxes, scores, 0.5, 0.05, 20, -1, 10, -1, False))
+        return tuple(call(operator.getitem, (nms, i)) for i in (0, 1, 3))
+
+    parts = split_matching_the_original(build(body, 2, list(_inputs())))
+    assert [s.kind for s in parts.stages] == ["engine", "host"]
+    tail = op_histogram(parts.tail)
+    assert tail["aten.select_scatter.default"] == 3 and tail["aten.copy.default"] == 3 and tail[NMS] == 1

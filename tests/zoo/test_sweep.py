@@ -26,7 +26,8 @@ FAST = {("bert", "ncnn"), ("dinov2", "onnxruntime"), ("segresnet", "openvino"), 
 _EXPORT_TARGETS = ("onnxruntime", "openvino", "torchscript")
 
 REFUSED: dict[tuple[str, str], tuple[str, ...]] = {
-    ("bert", "ncnn"): ("'attention_mask' is torch.int64", "modeling_bert.py", "onnxruntime"),
+    # the op's own line: the cast of the mask in transformers' masking_utils, which modeling_bert calls
+    ("bert", "ncnn"): ("'attention_mask' is torch.int64", "masking_utils.py", "onnxruntime"),
     ("wav2vec2", "ncnn"): ("does not give PyTorch's values", "onnxruntime"),
     ("dinov2", "ncnn"): ("pnnx failed",),
     ("segresnet", "ncnn"): ("3-D volume", "onnxruntime"),

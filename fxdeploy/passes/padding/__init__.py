@@ -8,6 +8,7 @@ One rule per construct, each a ``check`` and a ``replace`` in its own file:
 
 - ``selections``: ``x[mask]``, ``nonzero``, ``where(cond)``, ``masked_select``;
 - ``topk``: ``topk(x, min(n, k))`` over selected rows;
+- ``sort``: ``sort``/``argsort`` along selected rows, the padding ranked last;
 - ``cat``: the levels of a pyramid, each selected;
 - ``index_put``: writes by selected indices;
 - ``nms``: ``nms``/``batched_nms`` (and ``keep[:k]``) as a static ``multiclass_nms``;
@@ -23,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import call_site, refresh_meta, unbacked_symbols
+from fxdeploy.passes.graph_utils import call_site, inherit_stack_traces, refresh_meta, unbacked_symbols
 from fxdeploy.passes.padding.cat import CAT
 from fxdeploy.passes.padding.index_put import INDEX_PUT
 from fxdeploy.passes.padding.nms import NMS
@@ -32,6 +33,7 @@ from fxdeploy.passes.padding.row_wise import ROW_WISE
 from fxdeploy.passes.padding.rows import PaddedRows, UnsupportedSize
 from fxdeploy.passes.padding.rule import CompactionError, Rule
 from fxdeploy.passes.padding.selections import BOOL_INDEX, MASKED_SELECT, NONZERO, WHERE
+from fxdeploy.passes.padding.sort import SORT
 from fxdeploy.passes.padding.topk import TOPK
 from fxdeploy.settings import Settings
 
@@ -40,21 +42,24 @@ __all__ = ["RULES", "CompactionError", "Rule", "pad_compactions"]
 # The first rule that matches a node rewrites it. ROW_WISE comes last: it takes every op that
 # reads selected rows and that no construct rule took.
 RULES: tuple[Rule, ...] = (
-    BOOL_INDEX, NONZERO, WHERE, MASKED_SELECT, TOPK, CAT, INDEX_PUT, NMS, TRIM_OUTPUTS, ROW_WISE,
+    BOOL_INDEX, NONZERO, WHERE, MASKED_SELECT, TOPK, SORT, CAT, INDEX_PUT, NMS, TRIM_OUTPUTS, ROW_WISE,
 )
 
 
 def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     rows = PaddedRows(gm.graph)
+    known = set(gm.graph.nodes)
     for node in list(gm.graph.nodes):
         rule = next((r for r in RULES if r.check(node, rows) is None), None)
         if rule is None:
             continue
+        before = node.prev
         with gm.graph.inserting_before(node):
             try:
                 rule.replace(gm, node, rows)
             except UnsupportedSize as exc:
                 raise CompactionError(f"{call_site(node)}: {exc}; only sums, products, min and max are padded") from exc
+        inherit_stack_traces(before, node, known)  # what replaces the op keeps its line
     if not rows.bounds:
         return PassResult(gm, False)
     gm.graph.eliminate_dead_code()

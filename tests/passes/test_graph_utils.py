@@ -1,0 +1,61 @@
+"""graph_utils: call sites skip torch's and fxdeploy's own frames; inserted nodes get a line."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+import fxdeploy
+from fxdeploy.passes.graph_utils import call_site, inherit_stack_traces, stamp_inserted
+from tests.passes.graphs import aten, build
+
+USER = 'File "/home/me/model.py", line 12, in forward\n    y = helper(x)\n'
+HELPER = 'File "/home/me/model.py", line 40, in helper\n    return nms(b, s, 0.5)\n'
+LIBRARY = f'File "{os.path.dirname(fxdeploy.__file__)}/ops/__init__.py", line 90, in nms\n    return op(b)\n'
+TORCH = f'File "{os.path.dirname(torch.__file__)}/nn/modules/module.py", line 1, in _call_impl\n    x\n'
+
+
+def _graph() -> torch.fx.GraphModule:
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> torch.fx.Node:
+        return g.call_function(aten.relu.default, (g.call_function(aten.mul.Tensor, (xs[0], 2.0)),))
+
+    gm = build(body, 1, [torch.rand(3)])
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            node.meta["stack_trace"] = USER + HELPER if node.target is aten.relu.default else USER
+    return gm
+
+
+def test_call_site_is_the_innermost_frame_outside_torch_and_fxdeploy() -> None:
+    node = next(iter(_graph().graph.nodes))
+    node.meta["stack_trace"] = USER + HELPER + LIBRARY + TORCH
+    assert call_site(node) == 'File "/home/me/model.py", line 40, in helper'
+    node.meta["stack_trace"] = None
+    assert call_site(node) == f"node {node.name}"
+
+
+def test_nodes_inserted_for_an_op_take_its_line() -> None:
+    gm = _graph()
+    known = set(gm.graph.nodes)
+    relu = next(n for n in gm.graph.nodes if n.target is aten.relu.default)
+    before = relu.prev
+    with gm.graph.inserting_before(relu):
+        clamped = gm.graph.call_function(aten.clamp.default, (relu.args[0], 0.0))
+        doubled = gm.graph.call_function(aten.mul.Tensor, (clamped, 1.0))
+    relu.replace_all_uses_with(doubled)
+    gm.graph.erase_node(relu)
+    inherit_stack_traces(before, relu, known)
+    assert call_site(clamped) == call_site(doubled) == 'File "/home/me/model.py", line 40, in helper'
+    assert {clamped, doubled} <= known
+
+
+def test_a_pass_that_does_not_say_gets_the_line_of_the_op_it_inserted_before() -> None:
+    gm = _graph()
+    known = set(gm.graph.nodes)
+    relu = next(n for n in gm.graph.nodes if n.target is aten.relu.default)
+    with gm.graph.inserting_before(relu):
+        cast = gm.graph.call_function(aten._to_copy.default, (relu.args[0],), {"dtype": torch.float16})
+    relu.args = (cast,)
+    stamp_inserted(gm, known)
+    assert call_site(cast) == 'File "/home/me/model.py", line 40, in helper'
