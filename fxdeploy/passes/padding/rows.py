@@ -34,6 +34,7 @@ class PaddedRows:
         self.counts: dict[sympy.Symbol, Node] = {}
         self.sites: dict[sympy.Symbol, str] = {}  # where each selection was made
         self._spelled: dict[sympy.Expr, Count] = {}
+        self.partitions: dict[Node, tuple[Node, Node]] = {}  # each mask's (order, count), made once
 
     def add(self, symbol: sympy.Symbol, bound: int, count: Node, site: str) -> None:
         self.bounds[symbol] = bound
