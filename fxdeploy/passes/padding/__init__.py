@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import call_site, refresh_meta, unbacked_symbols
+from fxdeploy.passes.graph_utils import MetaError, call_site, refresh_meta, unbacked_symbols
 from fxdeploy.passes.padding.cat import CAT
 from fxdeploy.passes.padding.index_put import INDEX_PUT
 from fxdeploy.passes.padding.nms import NMS
@@ -58,7 +58,11 @@ def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     if not rows.bounds:
         return PassResult(gm, False)
     gm.graph.eliminate_dead_code()
-    refresh_meta(gm)
+    try:
+        refresh_meta(gm)
+    except MetaError as exc:
+        raise CompactionError(f"{exc}: the padded graph does not hold together there, which is a bug in "
+                              "fxdeploy's padding rules; report it with the model") from exc
     for node in gm.graph.nodes:
         if unbacked_symbols(node.meta.get("val")):
             raise CompactionError(
