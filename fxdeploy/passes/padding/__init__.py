@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import MetaError, call_site, refresh_meta, unbacked_symbols
+from fxdeploy.passes.graph_utils import MetaError, call_site, fill_meta, refresh_meta, unbacked_symbols
 from fxdeploy.passes.padding.cat import CAT
 from fxdeploy.passes.padding.index_put import INDEX_PUT
 from fxdeploy.passes.padding.nms import NMS
@@ -47,6 +47,9 @@ RULES: tuple[Rule, ...] = (
 def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     rows = PaddedRows(gm.graph)
     for node in list(gm.graph.nodes):
+        if node.op == "call_function" and any(a in rows.restored for a in node.all_input_nodes):
+            fill_meta([node])  # its value was computed from a size the capture had fixed
+            rows.restored.add(node)
         rule = next((r for r in RULES if r.check(node, rows) is None), None)
         if rule is None:
             continue

@@ -91,8 +91,11 @@ def select(node: Node, source: Node | None, mask: Node, rows: PaddedRows) -> tup
     selected = selected[0] if isinstance(selected, (list, tuple)) else selected
     symbol = selected.shape[0].node.expr if isinstance(selected.shape[0], torch.SymInt) else None
     if not isinstance(symbol, sympy.Symbol):
-        raise CompactionError(f"{call_site(node)}: a selection of {tuple(selected.shape)} rows; a data-dependent "
-                              "count was expected")
+        raise CompactionError(
+            f"{call_site(node)}: the capture fixed the number of rows selected here at {selected.shape[0]}: Python "
+            "read it (len(x), int(x.shape[0]), a branch on it) and the example's value decided it. Use the size as a "
+            "shape (x.view(-1, ...)) rather than as a Python number"
+        )
     sizes = _static_sizes(mask, rows)
     order, count = _partition(mask, sizes, rows)
     rows.add(symbol, math.prod(sizes), count, call_site(node))
