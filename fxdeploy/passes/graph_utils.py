@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -13,17 +15,51 @@ from torch._guards import detect_fake_mode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 
+class MetaError(ValueError):
+    """A rewritten graph whose shapes cannot be recomputed: an op refuses its inputs' types or
+    shapes. The message names the op and its call site."""
+
+
+class _Propagation(FakeTensorProp):
+    """FakeTensorProp that says which node failed, in one line rather than torch's traceback."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        try:
+            return super().run_node(n)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the node that failed
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MetaError(f"{call_site(n)}: {n.target} fails on the rewritten graph ({reason})") from exc
+
+
 def refresh_meta(gm: torch.fx.GraphModule) -> None:
-    """Recompute every node's meta['val'] after a rewrite, in the capture's own fake mode."""
+    """Recompute every node's meta['val'] after a rewrite, in the capture's own fake mode. A
+    failure is a ``MetaError`` naming the node; torch's own log of it is held back (the console
+    stays quiet)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     values = [n.meta.get("val") for n in placeholders]
     mode = detect_fake_mode(values)
     if mode is None:
         raise ValueError("graph inputs carry no fake tensors; cannot recompute shapes")
     gm.recompile()
-    with warnings.catch_warnings():  # torchvision 0.29's fake nms calls a renamed torch API
+    propagation = _Propagation(gm, mode=mode)
+    propagation.extra_traceback = False  # the MetaError names the node
+    with warnings.catch_warnings(), _held_back("torch._subclasses.fake_tensor"):
+        # torchvision 0.29's fake nms calls a renamed torch API
         warnings.filterwarnings("ignore", message=".*create_unbacked_symint.*is deprecated", category=FutureWarning)
-        FakeTensorProp(gm, mode=mode).propagate_dont_convert_inputs(*values)
+        propagation.propagate_dont_convert_inputs(*values)
+
+
+@contextlib.contextmanager
+def _held_back(name: str) -> Iterator[None]:
+    """torch's fake tensors log a failed meta kernel with its traceback at error level, before
+    the error reaches the caller: the caller reports it instead."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def fill_meta(new: list[torch.fx.Node]) -> None:

@@ -24,7 +24,14 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import call_site, inherit_stack_traces, refresh_meta, unbacked_symbols
+from fxdeploy.passes.graph_utils import (
+    MetaError,
+    call_site,
+    fill_meta,
+    inherit_stack_traces,
+    refresh_meta,
+    unbacked_symbols,
+)
 from fxdeploy.passes.padding.cat import CAT
 from fxdeploy.passes.padding.index_put import INDEX_PUT
 from fxdeploy.passes.padding.nms import NMS
@@ -50,6 +57,9 @@ def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     rows = PaddedRows(gm.graph)
     known = set(gm.graph.nodes)
     for node in list(gm.graph.nodes):
+        if node.op == "call_function" and any(a in rows.restored for a in node.all_input_nodes):
+            fill_meta([node])  # its value was computed from a size the capture had fixed
+            rows.restored.add(node)
         rule = next((r for r in RULES if r.check(node, rows) is None), None)
         if rule is None:
             continue
@@ -63,7 +73,11 @@ def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     if not rows.bounds:
         return PassResult(gm, False)
     gm.graph.eliminate_dead_code()
-    refresh_meta(gm)
+    try:
+        refresh_meta(gm)
+    except MetaError as exc:
+        raise CompactionError(f"{exc}: the padded graph does not hold together there, which is a bug in "
+                              "fxdeploy's padding rules; report it with the model") from exc
     for node in gm.graph.nodes:
         if unbacked_symbols(node.meta.get("val")):
             raise CompactionError(

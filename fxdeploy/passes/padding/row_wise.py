@@ -1,14 +1,19 @@
 """Every other op that reads padded rows or their count: row-wise work on padded rows (arithmetic,
 column slices, gathers by kept indices) changes nothing on the valid ones, and a count used as a
-shape (``reshape(x, [n, 4])``, ``arange(n)``) becomes its bound. What the padding would change is
-refused with the call site: a reduction or sort over the selected rows, their count as a value, or
-a slice of them that starts from their end (``x[-k:]``).
+shape (``reshape(x, [n, 4])``, ``arange(n)``) becomes its bound. A view that keeps the rows dim
+and splits or merges only the others is row-wise too, also where the capture fixed the rows at the
+example's count (``pred[:, 6:].view(len(pred), 17, 3)`` captured with real values holds a literal
+there, with the assert that it equals the count): its rows dim takes the bound, as eager's takes
+the count. What the padding would change is refused with the call site: a view that merges or
+splits the rows dim, a reduction or sort over the selected rows, their count as a value, or a
+slice of them that starts from their end (``x[-k:]``).
 """
 
 from __future__ import annotations
 
 import operator
 
+import sympy
 import torch
 
 from fxdeploy.passes.graph_utils import call_site, is_op
@@ -20,6 +25,8 @@ Node = torch.fx.Node
 # Ops whose SymInt arguments are shapes: a padded size there becomes its bound.
 SHAPES = {aten.view, aten.reshape, aten._unsafe_view, aten.expand, aten.zeros, aten.ones, aten.full, aten.empty,
           aten.new_zeros, aten.new_ones, aten.new_full, aten.new_empty, aten.arange, aten.slice, aten.narrow}
+# Views: a view of selected rows keeps their dim, or is refused.
+VIEWS = {aten.view, aten.reshape, aten._unsafe_view}
 # Ops that order or accumulate along a dim while keeping its length.
 ALONG = {aten.sort, aten.argsort, aten.cumsum, aten.cumprod, aten.flip, aten.roll, aten._softmax, aten._log_softmax,
          aten.softmax, aten.log_softmax}
@@ -37,6 +44,8 @@ def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     _refuse_from_the_end(node, rows)
     if not str(node.target).startswith("aten._assert"):
         node.args, node.kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: _bound(node, a, rows))
+    if getattr(node.target, "overloadpacket", None) in VIEWS:
+        _keep_rows(node, rows)
     _refuse_mixing(node, rows)
 
 
@@ -66,6 +75,50 @@ def _refuse_from_the_end(node: Node, rows: PaddedRows) -> None:
             "their end or their number; the padded rows sit at the end. Slice from the first row ([:k]), or take "
             "the rows with topk"
         )
+
+
+def _keep_rows(node: Node, rows: PaddedRows) -> None:
+    """A view of padded rows keeps the valid rows first where the dims before the rows dim stay as
+    they are: the rows dim is then kept, or merged or split with the dims after it only. Where the
+    view's value lost the rows dim (fixed at the example's count by the capture), it is restored at
+    its bound. Any other view mixes the padding in, and is refused."""
+    source, value = node.args[0].meta["val"], node.meta["val"]
+    padded, shape = rows.dims_of(source), list(value.shape)
+    if not padded or (len(padded) > 1 and tuple(shape) == tuple(source.shape)):
+        return
+    kept = _rows_dim(list(source.shape), padded, shape, rows.dims_of(value))
+    if kept is None:
+        raise CompactionError(
+            f"{call_site(node)}: {node.target} of the rows selected at {rows.site(node.args[0])} "
+            f"({tuple(source.shape)} to {tuple(shape)}) does not keep their dim whole: it merges or splits it "
+            "with the dims before it, and the padded rows would enter the others. Keep the rows dim first "
+            "(view(-1, ...) or view(len(x), ...)) and reshape only the dims after it"
+        )
+    if rows.dims_of(value):
+        return
+    sizes = list(node.args[1])
+    sizes[kept] = rows.bound(rows.size(source.shape[padded[0]]))
+    node.args = (node.args[0], sizes, *node.args[2:])
+    shape[kept] = source.shape[padded[0]]
+    node.meta["val"] = source.reshape(shape)  # the padded rows' symbol, for the rules after it
+    rows.restored.add(node)
+
+
+def _rows_dim(source: list, padded: list[int], shape: list, out_padded: list[int]) -> int | None:
+    """The view dim that holds the one padded dim of ``source``, the dims before it unchanged;
+    None where there is none, or more than one it could be (unit dims around a count fixed at 1)."""
+    if len(padded) != 1 or len(out_padded) > 1:
+        return None
+    dim = padded[0]
+    if out_padded:
+        return out_padded[0] if _product(shape[:out_padded[0]]) == _product(source[:dim]) else None
+    kept = [k for k in range(len(shape)) if _product(shape[:k]) == _product(source[:dim])
+            and _product(shape[k + 1:]) == _product(source[dim + 1:])]
+    return kept[0] if len(kept) == 1 else None
+
+
+def _product(sizes: list) -> sympy.Expr:
+    return sympy.Mul(*[s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(s) for s in sizes])
 
 
 def _bound(node: Node, arg: Node, rows: PaddedRows) -> object:

@@ -34,6 +34,8 @@ class PaddedRows:
         self.counts: dict[sympy.Symbol, Node] = {}
         self.sites: dict[sympy.Symbol, str] = {}  # where each selection was made
         self._spelled: dict[sympy.Expr, Count] = {}
+        self.partitions: dict[Node, tuple[Node, Node]] = {}  # each mask's (order, count), made once
+        self.restored: set[Node] = set()  # values given back their padded size; what reads them is recomputed
 
     def add(self, symbol: sympy.Symbol, bound: int, count: Node, site: str) -> None:
         self.bounds[symbol] = bound

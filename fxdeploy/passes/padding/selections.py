@@ -2,12 +2,16 @@
 order, then the others, at the static size of the rows they were selected from.
 
 ``x[mask]``, ``nonzero(mask)``, ``where(mask)`` and ``masked_select(x, mask)`` all select; the
-first and last select rows of ``x``, the middle two the indices of the true rows. A mask over rows
+first and last select rows of ``x``, the middle two the indices of the true rows. A mask of rank r
+(detectron2's ``scores[scores > t]`` over an [HW, C] grid) selects over the first r dims
+flattened, in row-major order as eager does; ``nonzero`` of it is the flat index unravelled. A mask
+that is not bool (``where(m, 1, 0).nonzero()``) selects where it is non-zero. A mask over rows
 that are padded already (a second filter) keeps the padding out.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 
 import sympy
@@ -40,8 +44,12 @@ def _check_nonzero(node: Node, rows: PaddedRows) -> str | None:
 
 
 def _replace_nonzero(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
-    order = select(node, None, node.args[0], rows)[0]
-    replace_node(node, gm.graph.call_function(aten.unsqueeze.default, (order, 1)))
+    mask = node.args[0]
+    order = select(node, None, mask, rows)[0]
+    columns = unravel(gm.graph, order, mask.meta["val"].shape, rows)
+    call = gm.graph.call_function
+    indices = call(aten.stack.default, (columns, 1)) if len(columns) > 1 else call(aten.unsqueeze.default, (order, 1))
+    replace_node(node, indices)
 
 
 def _check_where(node: Node, rows: PaddedRows) -> str | None:
@@ -51,10 +59,12 @@ def _check_where(node: Node, rows: PaddedRows) -> str | None:
 
 
 def _replace_where(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
-    order = select(node, None, node.args[0], rows)[0]
+    cond = node.args[0]
+    order = select(node, None, cond, rows)[0]
+    columns = unravel(gm.graph, order, cond.meta["val"].shape, rows)
     for user in list(node.users):
-        if user.target is operator.getitem and user.args[1] == 0:
-            replace_node(user, order)
+        if user.target is operator.getitem:
+            replace_node(user, columns[user.args[1]])
 
 
 def _check_masked_select(node: Node, rows: PaddedRows) -> str | None:
@@ -65,10 +75,7 @@ def _replace_masked_select(gm: torch.fx.GraphModule, node: Node, rows: PaddedRow
     source, mask = node.args[0], node.args[1]
     if source.meta["val"].shape != mask.meta["val"].shape:
         raise CompactionError(f"{call_site(node)}: masked_select with a broadcast mask; index with a mask of x's shape")
-    call = gm.graph.call_function
-    flat_mask = call(aten.reshape.default, (mask, [-1]))
-    flat_mask.meta["val"] = mask.meta["val"].reshape(-1)
-    replace_node(node, select(node, call(aten.reshape.default, (source, [-1])), flat_mask, rows)[0])
+    replace_node(node, select(node, source, mask, rows)[0])
 
 
 BOOL_INDEX = Rule("bool_index", _check_index, _replace_index)
@@ -78,33 +85,84 @@ MASKED_SELECT = Rule("masked_select", _check_masked_select, _replace_masked_sele
 
 
 def select(node: Node, source: Node | None, mask: Node, rows: PaddedRows) -> tuple[Node, Node]:
-    """Pad a selection of ``source``'s rows (of an arange when None) by a 1-D mask: register its
-    size symbol and return (the padded rows, their order)."""
-    value, selected = mask.meta["val"], node.meta["val"]
+    """Pad a selection of ``source``'s rows (of an arange when None) by a mask over its first
+    dims: register its size symbol and return (the padded rows, their flat order)."""
+    selected = node.meta["val"]
     selected = selected[0] if isinstance(selected, (list, tuple)) else selected
     symbol = selected.shape[0].node.expr if isinstance(selected.shape[0], torch.SymInt) else None
-    if value.dim() != 1 or not isinstance(symbol, sympy.Symbol):
-        raise CompactionError(f"{call_site(node)}: a boolean mask of rank {value.dim()}; only a 1-D row mask is padded")
+    if not isinstance(symbol, sympy.Symbol):
+        raise CompactionError(
+            f"{call_site(node)}: the capture fixed the number of rows selected here at {selected.shape[0]}: Python "
+            "read it (len(x), int(x.shape[0]), a branch on it) and the example's value decided it. Use the size as a "
+            "shape (x.view(-1, ...)) rather than as a Python number"
+        )
+    sizes = _static_sizes(mask, rows)
+    order, count = _partition(mask, sizes, rows)
+    rows.add(symbol, math.prod(sizes), count, call_site(node))
+    if source is None:
+        return order, order
     call = rows.graph.call_function
-    bound = _static_rows(mask, rows)
+    if len(sizes) > 1:
+        trailing = [_static(s, node, rows) for s in source.meta["val"].shape[len(sizes):]]
+        source = call(aten.reshape.default, (source, [math.prod(sizes), *trailing]))
+    return call(aten.index_select.default, (source, 0, order)), order
+
+
+def _partition(mask: Node, sizes: list[int], rows: PaddedRows) -> tuple[Node, Node]:
+    """The flat order with the true entries of ``mask`` first, and their count; one partition
+    per mask, shared by every selection made by it (detectron2 both indexes and takes nonzero)."""
+    if mask in rows.partitions:
+        return rows.partitions[mask]
+    call = rows.graph.call_function
     valid = mask
-    for earlier in (mask, source):  # a filter of already-selected rows: the padding stays out
-        expr = rows.rows(earlier) if earlier is not None else None
-        if expr is not None:
-            valid = call(aten.logical_and.default, (valid, rows.valid(expr)))
-            break
-    order, count = rows.partition(valid, bound)
-    rows.add(symbol, bound, count, call_site(node))
-    return (order if source is None else call(aten.index_select.default, (source, 0, order))), order
+    if mask.meta["val"].dtype != torch.bool:  # nonzero of numbers: where they are not 0
+        valid = call(aten.ne.Scalar, (mask, 0))
+    expr = rows.rows(mask)
+    if expr is not None:  # a filter of already-selected rows: the padding stays out
+        shape = [-1] + [1] * (len(sizes) - 1)
+        valid = call(aten.logical_and.default, (valid, call(aten.view.default, (rows.valid(expr), shape))))
+    if len(sizes) > 1:
+        valid = call(aten.reshape.default, (valid, [-1]))
+    rows.partitions[mask] = rows.partition(valid, math.prod(sizes))
+    return rows.partitions[mask]
 
 
-def _static_rows(mask: Node, rows: PaddedRows) -> int:
-    size = mask.meta["val"].shape[0]
-    expr = rows.size(size)
-    if expr is not None:
-        return rows.bound(expr)
-    if isinstance(size, torch.SymInt) and data_symbols(size.node.expr):
-        raise CompactionError(f"{call_site(mask)}: a mask over rows of a data-dependent size {size}")
-    if not isinstance(size, int):
-        raise CompactionError(f"{call_site(mask)}: a mask over rows of a dynamic size {size}; capture one image")
-    return size
+def unravel(graph: torch.fx.Graph, flat: Node, shape: torch.Size, rows: PaddedRows) -> list[Node]:
+    """The index along each dim of ``shape`` of each flat (row-major) index in ``flat``."""
+    sizes = [rows.bound(e) if (e := rows.size(s)) is not None else s for s in shape]
+    columns = []
+    for dim, size in enumerate(sizes):
+        stride = math.prod(sizes[dim + 1:])
+        column = flat if stride == 1 else graph.call_function(aten.div.Tensor_mode, (flat, stride),
+                                                              {"rounding_mode": "floor"})
+        if math.prod(sizes[:dim]) > 1:  # below the first dim: wrap around
+            column = graph.call_function(aten.remainder.Scalar, (column, size))
+        columns.append(column)
+    return columns
+
+
+def _static_sizes(mask: Node, rows: PaddedRows) -> list[int]:
+    """The sizes of the dims a mask selects over: static, or padded rows (at their bound) on dim 0."""
+    sizes = []
+    for dim, size in enumerate(mask.meta["val"].shape):
+        expr = rows.size(size)
+        if expr is not None and dim == 0:
+            sizes.append(rows.bound(expr))
+        elif expr is not None:
+            raise CompactionError(f"{call_site(mask)}: a mask whose dim {dim} holds selected rows; only dim 0 may")
+        elif isinstance(size, torch.SymInt) and data_symbols(size.node.expr):
+            raise CompactionError(f"{call_site(mask)}: a mask over rows of a data-dependent size {size}")
+        elif not isinstance(size, int):
+            raise CompactionError(f"{call_site(mask)}: a mask over rows of a dynamic size {size}; capture one image")
+        else:
+            sizes.append(size)
+    if not sizes:
+        raise CompactionError(f"{call_site(mask)}: a selection by a 0-d mask; index with a mask over rows")
+    return sizes
+
+
+def _static(size: object, node: Node, rows: PaddedRows) -> int:
+    if isinstance(size, int):
+        return size
+    raise CompactionError(f"{call_site(node)}: a selection of rows of size {size} past the mask's dims; "
+                          "only static sizes there are padded")

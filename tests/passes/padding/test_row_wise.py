@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fxdeploy.passes.padding import CompactionError
+from fxdeploy import ops
+from fxdeploy.passes.padding import CompactionError, pad_compactions
 from fxdeploy.passes.padding.row_wise import ROW_WISE
 from fxdeploy.passes.padding.rows import PaddedRows
+from fxdeploy.settings import Settings
 from tests.passes.padding.helpers import assert_matches_eager, captured, padded, rand
 
 
@@ -78,3 +80,72 @@ def test_aranges_down_from_the_count_are_refused() -> None:
     site = r"test_row_wise.py\", line \d+, in forward: "
     with pytest.raises(CompactionError, match=site + r"an arange from .* by -1 counts from the end of the rows"):
         padded(Reversed(), rand(40, 4))
+
+
+class CountFixedView(torch.nn.Module):
+    """YOLOv8-pose's ``pred[:, 6:].view(len(pred), 17, 3)`` after an NMS and ``[:max_det]``: ``len``
+    reads the size, which the capture decides with the example's values: the view holds a literal."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 4] > 0.3]
+        pred = kept[ops.nms(kept[:, :4], kept[:, 4], 0.5)[:45]]
+        return pred[:, 5:].view(len(pred), 2, 3) * 2
+
+
+class CountFixedSelection(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        return kept[:, 1:].view(len(kept), 2, 3)  # BREAKS: the capture fixes the selection's size
+
+
+class ColumnsSplit(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = x[x[:, 0] > 0.5]
+        return kept[:, 1:].view(-1, 2, 3), kept[:, 1:].reshape(-1)  # rows kept; rows merged with columns after
+
+
+class RowsSplit(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x[:, 0] > 0.5].view(2, -1)  # BREAKS: halves of the rows, the padding in the first
+
+
+def _views(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if str(n.target) in ("aten.view.default", "aten.reshape.default")
+            and isinstance(n.args[1], (list, tuple)) and len(n.args[1]) == 3]
+
+
+def _boxes(seed: int) -> torch.Tensor:
+    x = rand(60, 11, seed=seed)
+    x[:, :4] = torch.cat([x[:, :2], x[:, :2] + x[:, 2:4] * 0.3], 1)
+    return x
+
+
+def test_a_view_whose_rows_the_capture_fixed_takes_the_bound() -> None:
+    model, x = CountFixedView(), _boxes(0)
+    fixed = _views(captured(model, x))
+    assert [v.args[1] for v in fixed] == [[len(model(x)), 2, 3]]  # the example's count
+    gm, _, _ = padded(model, x)
+    assert [v.args[1] for v in _views(gm) if v.args[1][0] != -1] == [[45, 2, 3]]  # the bound of nms(...)[:45]
+    counts = assert_matches_eager(model, gm, lambda seed: (_boxes(seed),))
+    assert len(set(counts)) > 1
+
+
+def test_a_selection_whose_size_the_capture_fixed_is_refused() -> None:
+    gm = captured(CountFixedSelection(), rand(40, 7))
+    with pytest.raises(CompactionError, match="the capture fixed the number of rows selected here") as info:
+        pad_compactions(gm, Settings())
+    assert __file__ in str(info.value)
+
+
+def test_views_that_keep_the_rows_first_are_row_wise() -> None:
+    model = ColumnsSplit()
+    gm, _, _ = padded(model, rand(40, 7))
+    counts = assert_matches_eager(model, gm, lambda seed: (rand(40, 7, seed=seed),))
+    assert len(set(counts)) > 1
+
+
+def test_a_view_that_splits_the_rows_is_refused() -> None:
+    gm = captured(RowsSplit(), rand(40, 4))
+    with pytest.raises(CompactionError, match="does not keep their dim whole") as info:
+        pad_compactions(gm, Settings())
+    assert __file__ in str(info.value) and "(s0" not in str(info.value)

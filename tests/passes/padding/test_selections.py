@@ -38,6 +38,46 @@ class FilterTwice(torch.nn.Module):
         return x[x[:, 1] < 0.6]
 
 
+class GridSelection(torch.nn.Module):
+    """detectron2's dense-detector filter: a mask over an [HW, C] grid both indexes the scores and
+    gives their (anchor, class) by nonzero, in the same row-major order."""
+
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keep = scores > 0.6
+        return scores[keep] * 2, torch.nonzero(keep)
+
+
+class GridRows(torch.nn.Module):
+    """A rank-2 mask over the first two dims of a rank-3 tensor: rows of its last dim."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x[..., 0] > 0.5]
+
+
+class Nonzero3d(torch.nn.Module):
+    def forward(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keep = s > 0.7
+        where = torch.where(keep)
+        return torch.nonzero(keep), where[2] * 10 + where[0]
+
+
+class NonzeroOfNumbers(torch.nn.Module):
+    """NanoDet: ``where(mask, 1, 0).nonzero()``, a nonzero of an integer tensor."""
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        labels = s.argmax(1)
+        return torch.where(s.amax(1) > 0.7, torch.ones_like(labels), torch.zeros_like(labels)).nonzero().squeeze(1)
+
+
+class GridOfSelectedRows(torch.nn.Module):
+    """A rank-2 mask over selected rows: their padding stays out of the second selection."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x[x[:, 0] > 0.4]
+        keep = x > 0.7
+        return x[keep], torch.nonzero(keep)
+
+
 def _partitioned(after: dict[str, int], count: int) -> None:
     """Each selection became one cumsum/scatter partition, no data-dependent op left."""
     assert after["aten.cumsum.default"] == after["aten.scatter.src"] == count
@@ -76,6 +116,48 @@ def test_masked_select() -> None:
     assert before.keys() & {"aten.masked_select.default", "aten.index.Tensor"}
     _partitioned(after, 1)
     assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(6, 7, seed=seed),)))) > 1
+
+
+def test_a_mask_over_a_grid_selects_in_row_major_order() -> None:
+    model = GridSelection()
+    gm, before, after = padded(model, rand(64, 4))
+    assert before["aten.index.Tensor"] == before["aten.nonzero.default"] == 1
+    _partitioned(after, 1)  # one partition of the mask, for both selections
+    assert after["aten.div.Tensor_mode"] == after["aten.remainder.Scalar"] == 1  # the flat index unravelled
+    assert after["aten.stack.default"] == 1
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(64, 4, seed=seed),)))) > 1
+
+
+def test_a_grid_mask_selects_rows_of_the_dims_after_it() -> None:
+    model = GridRows()
+    gm, _, after = padded(model, rand(8, 6, 3))
+    _partitioned(after, 1)
+    assert after["aten.index_select.default"] == 1
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(8, 6, 3, seed=seed),)))) > 1
+
+
+def test_nonzero_and_where_of_a_rank_3_mask() -> None:
+    model = Nonzero3d()
+    gm, _, after = padded(model, rand(3, 4, 5))
+    _partitioned(after, 1)
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(3, 4, 5, seed=seed),)))) > 1
+
+
+def test_nonzero_of_numbers_selects_where_they_are_not_zero() -> None:
+    model = NonzeroOfNumbers()
+    gm, before, after = padded(model, rand(50, 3))
+    assert before["aten.nonzero.default"] == 1
+    _partitioned(after, 1)
+    assert after["aten.ne.Scalar"] == 1
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(50, 3, seed=seed),)))) > 1
+
+
+def test_a_grid_mask_over_selected_rows_keeps_their_padding_out() -> None:
+    model = GridOfSelectedRows()
+    gm, _, after = padded(model, rand(30, 3))
+    _partitioned(after, 2)
+    assert after["aten.logical_and.default"] == 1
+    assert len(set(assert_matches_eager(model, gm, lambda seed: (rand(30, 3, seed=seed),)))) > 1
 
 
 def test_a_filter_of_filtered_rows_keeps_the_padding_out() -> None:
