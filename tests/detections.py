@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from fxdeploy.parity import Detections, ImageMatch, Rules, Tolerance, match_image
+from fxdeploy.parity.excuses import Context
 
 
 def per_image(result: Sequence[torch.Tensor]) -> list[Detections]:
@@ -18,11 +19,13 @@ def per_image(result: Sequence[torch.Tensor]) -> list[Detections]:
 
 
 def compare_images(
-    want: Sequence[Detections], got: Sequence[Detections], iou: float, score_atol: float
+    want: Sequence[Detections], got: Sequence[Detections], iou: float, score_atol: float, ctx: Context | None = None
 ) -> list[ImageMatch]:
+    """Per image, paired by label and IoU; ``ctx``: what decided the rows (an NMS's threshold), for the
+    excuses of fxdeploy.parity.excuses, none by default."""
     assert len(want) == len(got), f"{len(got)} images, expected {len(want)}"
     rules = Rules(iou, Tolerance(score_atol))
-    return [match_image(image, w, g, rules) for image, (w, g) in enumerate(zip(want, got, strict=True))]
+    return [match_image(image, w, g, rules, ctx) for image, (w, g) in enumerate(zip(want, got, strict=True))]
 
 
 def assert_no_problems(images: list[ImageMatch]) -> list[ImageMatch]:

@@ -9,6 +9,7 @@ holds it, or at the docs/nms-spec.md padding (label -1) where the group has labe
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -34,10 +35,13 @@ def compare_rows(
         named = roles(group, reference, group.spec.key)
         columns = row_columns(group, reference)
         count = next((trims[i] for i in group.indices if i in trims), None)
-        ref_images = _valid(per_image(group, reference, named, columns), want[count] if count is not None else None)
-        got_images = _valid(per_image(group, result, named, columns), got[count] if count is not None else None)
+        ref_padded, got_padded = per_image(group, reference, named, columns), per_image(group, result, named, columns)
+        ref_images = _valid(ref_padded, want[count] if count is not None else None)
+        got_images = _valid(got_padded, got[count] if count is not None else None)
         for image, (ref, have) in enumerate(zip(ref_images, got_images, strict=True)):
             ctx = group.spec.context(_score_eps(ref, atol))
+            if len(ref) < len(ref_padded[image]) or len(have) < len(got_padded[image]):
+                ctx = replace(ctx, capped=False)  # padding rows left over: the cap did not cut
             matched = match_image(image, ref, have, rules, ctx)
             if matched.problems:
                 raise LoweringError(f"{where}: {group.name}: " + "; ".join(matched.problems[:3]))

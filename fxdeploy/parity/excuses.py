@@ -15,7 +15,11 @@ the manifest's output leaves, ``fxdeploy.passes.output_rows``):
 - ``tie``: it and a detection unpaired on the other side score within ``score_eps`` of each
   other and of the lowest score on their sides: a cap (``keep_top_k``, ``[:k]``, a top-k's last
   rank) took one of two near-equal candidates. Paired rows that come in another order count as
-  ``tie`` where their keys are within ``score_eps``, and fail otherwise.
+  ``tie`` where their keys are within ``score_eps``, and fail otherwise. And at an NMS: it and a
+  detection of its label unpaired on the other side score within ``score_eps`` of each other and
+  overlap above the IoU threshold, and eager kept another detection at that score: of two tied
+  candidates that suppress each other the NMS keeps the one its sort visited first, and a sort
+  leaves near-equal keys in either order (torch's default CPU sort is not stable).
 
 A box shifted, a keypoint one anchor off or a detection dropped is none of these, and fails.
 """
@@ -65,6 +69,7 @@ def excuse(
             if reason is not None:
                 reasons[side, row] = reason
     _ties(sides, unpaired, ctx, reasons)
+    _nms_ties(sides, unpaired, ctx, reasons)
     _cascade(sides, unpaired, ctx, reasons)
     left = tuple([row for row in unpaired[side] if (side, row) not in reasons] for side in (0, 1))
     return Counter(reasons.values()), left[0], left[1]
@@ -127,6 +132,30 @@ def _ties(
                       and abs(float(_scores(sides[1])[g]) - score) <= ctx.score_eps), None)
         if match is not None:
             reasons[0, r] = reasons[1, match] = "tie"
+
+
+def _nms_ties(
+    sides: tuple[Detections, Detections], unpaired: tuple[list[int], list[int]], ctx: Context,
+    reasons: dict[tuple[int, int], str],
+) -> None:
+    """Pairs of unpaired rows, one a side, of a label, within eps of each other, that suppress each
+    other; only at a score eager shows tied (another row it kept within eps): a box moved onto an
+    overlapping position at an unshared score is a wrong artifact, not a tie."""
+    if ctx.iou_threshold is None or any(d.boxes is None or d.scores is None for d in sides):
+        return
+    (ref, got), eps = sides, ctx.score_eps
+    ref_scores, got_scores = _scores(ref), _scores(got)
+    for r in unpaired[0]:
+        if (0, r) in reasons or int(((ref_scores - ref_scores[r]).abs() <= eps).sum()) < 2:
+            continue
+        free = torch.tensor([g for g in unpaired[1] if (1, g) not in reasons], dtype=torch.long)
+        if not free.numel():
+            return
+        rivals = free[(_labels(got)[free] == _labels(ref)[r]) & ((got_scores[free] - ref_scores[r]).abs() <= eps)]
+        if rivals.numel():
+            overlapping = rivals[_ious(ref, r, got, rivals) > ctx.iou_threshold - IOU_EPS]
+            if overlapping.numel():
+                reasons[0, r] = reasons[1, int(overlapping[0])] = "tie"
 
 
 def _cascade(

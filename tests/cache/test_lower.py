@@ -99,6 +99,7 @@ def test_changing_a_setting_misses(convnet: Any, tmp_path: Path) -> None:
     model, inputs, deployed = convnet
     build = Builds(lambda: deployed)
     lower_cached(model, inputs, build, tmp_path)
+    # the subject is the cache key: any changed setting misses (build is a stand-in; nothing is lowered)
     _, hit = lower_cached(model, inputs, build, tmp_path, settings=fxdeploy.Settings(verify=False, threads=1))
     assert not hit and build.calls == 2
 

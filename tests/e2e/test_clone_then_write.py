@@ -15,16 +15,11 @@ import torch
 from torch import nn
 
 import fxdeploy
-from fxdeploy.errors import LoweringError
 from fxdeploy.ops import batched_nms
 from tests.detections import assert_same_detections
 from tests.helpers import require_target
 
-NCNN_SCATTERS = pytest.mark.xfail(raises=LoweringError, strict=True, reason=(
-    "ncnn lowering of a functional graph with writes (select_scatter/slice_scatter from the clone's column writes): "
-    "'engine output #0 must have the batch as dim 0'; the same model written without in-place writes lowers. "
-    "Being fixed on the ncnn branch"))
-TARGETS = ["onnxruntime", "openvino", "torchscript", pytest.param("ncnn", marks=NCNN_SCATTERS)]
+TARGETS = ["onnxruntime", "openvino", "torchscript", "ncnn"]
 
 
 def xywh2xyxy(x: torch.Tensor) -> torch.Tensor:

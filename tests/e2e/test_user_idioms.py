@@ -15,6 +15,7 @@ from examples import idioms
 from fxdeploy.capture.substitution import builtin_substitutions
 from fxdeploy.errors import CaptureError, LoweringError, PassError
 from fxdeploy.parity import Detections
+from fxdeploy.parity.excuses import Context
 from fxdeploy.passes.padding.rule import CompactionError
 from tests.detections import assert_no_problems, compare_images
 from tests.helpers import require_target
@@ -28,6 +29,12 @@ CAPS = {"yolov5": 300, "centernet": 100, "detr": 256, "fcos": 100, "yolo_seg": 1
         "yolo_pose": 100, "ssd": 200, "retinaface": 150, "nanodet": 100}
 """Each model's cap on detections per image (max_det, top-k, queries): a count at the cap would let
 tie-breaking decide which detections are in the set."""
+NMS_IOU = {"yolov5": 0.45, "fcos": 0.6, "yolo_seg": 0.5, "yolo_obb": 0.45, "yolo_pose": 0.6, "ssd": 0.45,
+           "retinaface": 0.4, "nanodet": 0.5}
+"""Each model's NMS IoU threshold: of two candidates at one score (the repeated patch's exact ties)
+that overlap past it, the NMS keeps the one its sort visited first, and torch's default sort leaves
+equal keys in any order; either is right (docs/checking.md, the tie rule). CenterNet and DETR have
+no NMS: their ties must agree exactly."""
 
 
 def detections(output: list) -> list[Detections]:
@@ -48,7 +55,7 @@ def detections(output: list) -> list[Detections]:
     return out
 
 
-def assert_same_outputs(want: list, got: list) -> None:
+def assert_same_outputs(want: list, got: list, name: str) -> None:
     """Same structure (a list per image, the same dict keys or row width), then detection by detection:
     paired by label and IoU, every field (masks, keypoints, landmarks, rotated boxes) compared."""
     assert isinstance(got, list) and len(got) == len(want), f"{type(got).__name__} of {len(got)}, want {len(want)}"
@@ -58,7 +65,8 @@ def assert_same_outputs(want: list, got: list) -> None:
             assert all(g[k].dtype == w[k].dtype for k in w), {k: (g[k].dtype, w[k].dtype) for k in w}
         else:
             assert g.dim() == 2 and g.shape[1] == w.shape[1] and g.dtype == w.dtype, (g.shape, w.shape)
-    assert_no_problems(compare_images(detections(want), detections(got), iou=0.99, score_atol=1e-4))
+    ctx = Context(iou_threshold=NMS_IOU.get(name), score_eps=1e-4) if name in NMS_IOU else None
+    assert_no_problems(compare_images(detections(want), detections(got), iou=0.99, score_atol=1e-4, ctx=ctx))
 
 
 @pytest.mark.parametrize("name", list(idioms.FACTORIES))
@@ -95,7 +103,22 @@ def test_fcos_top_k_cuts_between_distinct_scores() -> None:
     assert binds >= 2, f"top-{k} binds on {binds} images"
 
 
-@pytest.fixture(scope="module", params=[(m, t) for m in idioms.FACTORIES for t in TARGETS],
+KNOWN = {
+    ("ssd", "ncnn"): "the ncnn lowering leaves SSD's per-class loop output without its rows record, so lower()'s "
+                     "check compares it element-wise and refuses a tie (output #0 differs by 32)",
+    ("yolo_obb", "ncnn"): "probiou's [n, n] IoU matrix over the padded rows stays in the ncnn engine, whose outputs "
+                          "must have the batch first ('engine output #0 must have the batch (256) as dim 0')",
+}
+"""Cases that fail today, each with its reason: strict, so a fix shows."""
+
+
+def _case(model: str, target: str) -> object:
+    reason = KNOWN.get((model, target))
+    return pytest.param((model, target), marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else (
+        model, target)
+
+
+@pytest.fixture(scope="module", params=[_case(m, t) for m in idioms.FACTORIES for t in TARGETS],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def lowered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple:
     """One model lowered to one target with the default settings (lower()'s own check included),
@@ -108,17 +131,17 @@ def lowered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     assert set(deployed.manifest["info"]["substitutions"]) <= builtin
     path = tmp_path_factory.mktemp(name) / target
     deployed.save(path)
-    return model, {"lowered": deployed, "loaded": fxdeploy.load(path)}
+    return name, model, {"lowered": deployed, "loaded": fxdeploy.load(path)}
 
 
 @pytest.mark.parametrize("runner", ["lowered", "loaded"])
 @pytest.mark.parametrize(("batch", "seed"), CHECKS)
 def test_matches_eager(lowered: tuple, runner: str, batch: int, seed: int) -> None:
-    model, runners = lowered
+    name, model, runners = lowered
     x = idioms.images(batch, seed)
     with torch.no_grad():
         want = model(x)
-    assert_same_outputs(want, runners[runner](x))
+    assert_same_outputs(want, runners[runner](x), name)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -92,6 +92,36 @@ def test_two_near_equal_candidates_at_a_full_cap_may_swap() -> None:
     assert _check(got, ref) == {"tie": 2}
 
 
+TIED = _dets(  # a repeated patch: three candidates at one score; B and C overlap by IoU 0.59 > 0.45
+    [[0.0, 0, 50, 120], [32, 32, 82, 152], [200, 200, 220, 220], [300, 300, 330, 320]], [0.39, 0.39, 0.3, 0.2],
+    [2, 2, 1, 0],
+)
+B = [32.0, 0, 82, 120]
+
+
+def test_of_two_tied_candidates_that_suppress_each_other_either_may_be_kept() -> None:
+    """YOLOv5's argsort(descending=True) leaves tied scores in either order, so the NMS keeps B or C."""
+    got = [t.clone() for t in TIED]
+    got[0][1] = torch.tensor(B)
+    with pytest.raises(LoweringError, match="missing label 2 score 0.39"):
+        _check(got, TIED, BARE)
+    assert _check(got, TIED) == {"tie": 2}
+
+
+def test_a_tied_candidate_that_would_not_suppress_is_not_a_tie() -> None:
+    got = [t.clone() for t in TIED]
+    got[0][1] = torch.tensor([32.0, 80, 82, 200])  # IoU 0.25 with C: both would have been kept
+    with pytest.raises(LoweringError, match="missing label 2 score 0.39"):
+        _check(got, TIED)
+
+
+def test_a_box_moved_at_a_score_eager_shows_once_is_not_a_tie() -> None:
+    got = [t.clone() for t in TIED]
+    got[0][2] = torch.tensor([205.0, 200, 225, 220])  # IoU 0.6 with the original; 0.3 unshared, not the last
+    with pytest.raises(LoweringError, match="missing label 1 score 0.3"):
+        _check(got, TIED)
+
+
 def test_a_different_last_row_is_not_a_tie() -> None:
     ref = _with(REF, [300, 300, 310, 310], 0.5, 5)
     with pytest.raises(LoweringError, match="missing label 5"):

@@ -36,8 +36,11 @@ def _replace(gm: torch.fx.GraphModule, output: Node, rows: PaddedRows) -> None:
                 count = call(aten.scalar_tensor.default, (count,), {"dtype": torch.long})
             counts[expr] = (_unique(f"row_count_{len(counts)}", names), count)
         shape = [-1] + [1] * (leaf.meta["val"].dim() - 1)
-        zero = False if leaf.meta["val"].dtype == torch.bool else 0  # an int 0 would make a bool output int64
-        leaves[number] = call(aten.where.ScalarOther, (call(aten.view.default, (rows.valid(expr), shape)), leaf, zero))
+        valid = call(aten.view.default, (rows.valid(expr), shape))
+        if leaf.meta["val"].dtype == torch.bool:  # and, not where: ONNX Runtime has no Where on booleans
+            leaves[number] = call(aten.logical_and.default, (valid, leaf))
+        else:
+            leaves[number] = call(aten.where.ScalarOther, (valid, leaf, 0))
         trim[name] = Trim(dim=0, count=counts[expr][0])
     output.args = (tuple(leaves) + tuple(node for _, node in counts.values()),)
     added = tuple(name for name, _ in counts.values())
