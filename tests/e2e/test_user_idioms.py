@@ -104,8 +104,6 @@ def test_fcos_top_k_cuts_between_distinct_scores() -> None:
 
 
 KNOWN = {
-    ("yolo_obb", "ncnn"): "probiou's [n, n] IoU matrix over the padded rows stays in the ncnn engine, whose outputs "
-                          "must have the batch first ('engine output #0 must have the batch (256) as dim 0')",
 }
 """Cases that fail today, each with its reason: strict, so a fix shows."""
 
