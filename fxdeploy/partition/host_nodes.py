@@ -66,6 +66,8 @@ _FROM_SIZES = frozenset({
 """Ops that make a tensor from sizes alone (not ``empty``, which is made to be written into, nor a
 0-d ``scalar_tensor`` of a size, which the lowering traces)."""
 
+_UNTAGGED_POINTWISE = frozenset({_aten.floor_divide, _aten.triu, _aten.tril})
+
 SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
 HOST_REASON = "fxdeploy_host_reason"
@@ -221,10 +223,12 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
 
 
 def _pointwise(node: Node) -> bool:
-    """Elementwise: tagged so, or ``floor_divide`` (``index // width``), which torch leaves untagged."""
+    """Elementwise: tagged so, or ``floor_divide`` (``index // width``) and ``triu``/``tril`` (each
+    element kept or zeroed by its position alone: YOLOv8-OBB's fast NMS, ``probiou(b, b).triu_(1)``),
+    which torch leaves untagged."""
     if node.op != "call_function":
         return False
-    return torch.Tag.pointwise in getattr(node.target, "tags", ()) or packet(node) is _aten.floor_divide
+    return torch.Tag.pointwise in getattr(node.target, "tags", ()) or packet(node) in _UNTAGGED_POINTWISE
 
 
 def packet(node: Node) -> object:

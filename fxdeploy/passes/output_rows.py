@@ -70,13 +70,21 @@ def describe_rows(
         if entry is None and leaf in trimmed:
             entry = {"rows": "selected", "rows_dim": trimmed[leaf]}
         elif entry is not None:
-            size = entry["size"]
-            rows_dim = next((d for d, s in enumerate(value.shape) if isinstance(s, int) and s == size), None)
-            kept = {k: v for k, v in entry.items() if k != "size"}
-            entry = None if rows_dim is None else kept | {"rows_dim": rows_dim}
+            entry = _placed(entry, value, trimmed.get(leaf))
         if entry is not None:
             described[leaf] = entry | {"score_thresholds": sorted(thresholds.get(leaf, set()))}
     return described
+
+
+def _placed(entry: dict[str, Any], value: torch.Tensor, trim_dim: int | None) -> dict[str, Any] | None:
+    """The entry with the dim that indexes its rows: the dim of the seed's size K, or where none has
+    that size, the dim the padding pass compacts (``trim_dim``): the rows of several NMS calls or
+    rankings joined before a selection (SSD's per-class loop, ``cat`` of each class's kept boxes,
+    then the padded rows dropped) are still those rows, at that dim. Neither: None."""
+    size = entry["size"]
+    rows_dim = next((d for d, s in enumerate(value.shape) if isinstance(s, int) and s == size), trim_dim)
+    kept = {k: v for k, v in entry.items() if k != "size"}
+    return None if rows_dim is None else kept | {"rows_dim": rows_dim}
 
 
 def _counts(nms_calls: list[Node], leaves: list[Node]) -> dict[Node, dict[str, Any]]:

@@ -104,10 +104,6 @@ def test_fcos_top_k_cuts_between_distinct_scores() -> None:
 
 
 KNOWN = {
-    ("ssd", "ncnn"): "the ncnn lowering leaves SSD's per-class loop output without its rows record, so lower()'s "
-                     "check compares it element-wise and refuses a tie (output #0 differs by 32)",
-    ("yolo_obb", "ncnn"): "probiou's [n, n] IoU matrix over the padded rows stays in the ncnn engine, whose outputs "
-                          "must have the batch first ('engine output #0 must have the batch (256) as dim 0')",
 }
 """Cases that fail today, each with its reason: strict, so a fix shows."""
 

@@ -265,3 +265,32 @@ def test_functional_writes_into_host_rows_stay_on_the_host() -> None:
     assert [s.kind for s in parts.stages] == ["engine", "host"]
     tail = op_histogram(parts.tail)
     assert tail["aten.select_scatter.default"] == 3 and tail["aten.copy.default"] == 3 and tail[NMS] == 1
+
+
+def fast_nms_graph() -> torch.fx.GraphModule:
+    """YOLOv8-OBB's fast NMS: the rows sorted by score (a host sort), their pairwise matrix, its upper
+    triangle (``triu_(diagonal=1)``), the column max against the threshold."""
+
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node, ...]:
+        scores = g.call_function(aten.amax.default, (g.call_function(aten.sigmoid.default, (xs[1],)), [-1]))
+        order = g.call_function(operator.getitem, (g.call_function(aten.sort.default, (scores, 1, True)), 1))
+        x = g.call_function(aten.gather.default, (g.call_function(aten.select.int, (xs[0], 2, 0)), 1, order))
+        pairs = g.call_function(aten.sub.Tensor, (g.call_function(aten.unsqueeze.default, (x, 2)),
+                                                  g.call_function(aten.unsqueeze.default, (x, 1))))
+        upper = g.call_function(aten.triu.default, (g.call_function(aten.abs.default, (pairs,)), 1))
+        worst = g.call_function(aten.amax.default, (upper, [1]))
+        return (g.call_function(aten.lt.Scalar, (worst, 5.0)),)
+
+    return build(body, 2, list(_inputs()))
+
+
+def test_a_triangle_of_host_values_stays_on_the_host() -> None:
+    """triu zeroes by position alone, like an elementwise op: computed from host rows for host ops
+    only, it runs on the host with the matrix it reads, rather than an engine stage after the sort
+    handing an [n, n] matrix over (which has no batch first)."""
+    parts = split_matching_the_original(fast_nms_graph())
+    assert [stage.kind for stage in parts.stages] == ["engine", "host"]
+    head, tail = op_histogram(parts.head), op_histogram(parts.tail)
+    moved = {"aten.triu.default", "aten.abs.default", "aten.sub.Tensor", "aten.gather.default"}
+    assert moved <= set(tail) and not moved & set(head), (head, tail)
+    assert head == {"aten.sigmoid.default": 1, "aten.amax.default": 1, "aten.select.int": 1}, head

@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.record import record, update
+from fxdeploy.passes.record import Trim, record, update
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
@@ -74,3 +74,29 @@ def test_after_two_nms_calls_rows_follow_the_last() -> None:
     update(gm, output_names=("boxes", "proposals"))
     leaves = list(record(tensorize_outputs(gm, Settings()).graph_module).output_leaves)
     assert [leaf.get("rows_dim") for leaf in leaves] == [0, 1]
+
+
+def test_rows_joined_from_several_nms_calls_take_the_trimmed_dim() -> None:
+    """SSD's per-class loop: each class's kept rows (K=5) joined by a ``cat`` (10 rows), which the
+    padding pass trims along dim 0. No dim has the NMS's K, yet the rows are still NMS rows: the
+    leaf must say so (the check compares them as a set, ties excused), at the trimmed dim; the same
+    join left untrimmed names no dim, and is compared element by element."""
+    from fxdeploy import ops
+
+    class Model(torch.nn.Module):
+        def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            kept = [ops.multiclass_nms(boxes, scores[..., c : c + 1], keep_top_k=5)[0][0] for c in range(2)]
+            joined = torch.cat(kept)
+            return joined, joined + 1
+
+    gm = torch.export.export(Model(), (torch.rand(1, 7, 4), torch.rand(1, 7, 2))).module()
+    update(gm, output_names=("boxes", "untrimmed", "count"), hidden=("count",), trim={"boxes": Trim(0, "count")})
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    with gm.graph.inserting_before(output):
+        count = gm.graph.call_function(aten.scalar_tensor.default, (10,), {"dtype": torch.int64})
+    count.meta["val"] = torch.tensor(10)
+    output.args = ((*output.args[0], count),)
+    leaves = list(record(tensorize_outputs(gm, Settings()).graph_module).output_leaves)
+    assert [(leaf.get("rows"), leaf.get("rows_dim"), leaf.get("iou_threshold")) for leaf in leaves] == [
+        ("nms", 0, 0.5), (None, None, None), (None, None, None)
+    ]
