@@ -103,18 +103,7 @@ def test_fcos_top_k_cuts_between_distinct_scores() -> None:
     assert binds >= 2, f"top-{k} binds on {binds} images"
 
 
-KNOWN = {
-}
-"""Cases that fail today, each with its reason: strict, so a fix shows."""
-
-
-def _case(model: str, target: str) -> object:
-    reason = KNOWN.get((model, target))
-    return pytest.param((model, target), marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else (
-        model, target)
-
-
-@pytest.fixture(scope="module", params=[_case(m, t) for m in idioms.FACTORIES for t in TARGETS],
+@pytest.fixture(scope="module", params=[(m, t) for m in idioms.FACTORIES for t in TARGETS],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def lowered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple:
     """One model lowered to one target with the default settings (lower()'s own check included),
