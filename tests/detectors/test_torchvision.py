@@ -81,8 +81,8 @@ def test_torchvision_detector_without_substitution(
     require_target(target)
     from examples.torchvision_detectors import images
 
-    # lower()'s own check pairs detections by value on random images at batch 1, 4 and 8; this
-    # test pairs them by label and IoU on fixed, calibrated images instead (see test_ultralytics).
+    # lower()'s own check pairs detections by label and IoU on random images at batch 1 and 2; this
+    # test pairs them on fixed, calibrated images at batch 1, 4 and 8 (see test_ultralytics).
     deployed = fxdeploy.lower(detector, (images(2, 0),), target=target,
                               dynamic_shapes={"images": {0: ("batch", 1, 8)}})
     assert set(deployed.manifest["info"]["substitutions"]) <= {s.name for s in builtin_substitutions()}
@@ -92,7 +92,7 @@ def test_torchvision_detector_without_substitution(
         x = images(batch, seed)
         with torch.no_grad():
             want = detector(x)
-        for runner in (deployed, loaded):
+        for runner in (deployed, loaded) if batch == 1 else (deployed,):  # the loaded artifact: same files
             got = runner(x)
             assert isinstance(got, list) and len(got) == batch
             assert all(set(g) == {"boxes", "scores", "labels"} for g in got)
