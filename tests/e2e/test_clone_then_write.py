@@ -15,21 +15,12 @@ import torch
 from torch import nn
 
 import fxdeploy
+from examples.idioms import xywh2xyxy  # YOLOv5's clone, then each column written
 from fxdeploy.ops import batched_nms
 from tests.detections import assert_same_detections
 from tests.helpers import require_target
 
 TARGETS = ["onnxruntime", "openvino", "torchscript", "ncnn"]
-
-
-def xywh2xyxy(x: torch.Tensor) -> torch.Tensor:
-    """Boxes from (center x, center y, width, height) to corners: a clone, then each column written."""
-    y = x.clone()
-    y[:, 0] = x[:, 0] - x[:, 2] / 2
-    y[:, 1] = x[:, 1] - x[:, 3] / 2
-    y[:, 2] = x[:, 0] + x[:, 2] / 2
-    y[:, 3] = x[:, 1] + x[:, 3] / 2
-    return y
 
 
 class CloneThenWrite(nn.Module):
