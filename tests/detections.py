@@ -44,13 +44,14 @@ def assert_detections_match(
 
 def assert_same_detections(
     want: Sequence[dict[str, torch.Tensor]], got: Sequence[dict[str, torch.Tensor]],
-    *, iou: float = 0.99, score_atol: float = 1e-4,
+    *, iou: float = 0.99, score_atol: float = 1e-4, ctx: Context | None = None,
 ) -> list[ImageMatch]:
-    """Per-image dicts (torchvision's layout): their boxes, scores and labels."""
+    """Per-image dicts (torchvision's layout): their boxes, scores and labels; ``ctx`` as in
+    ``compare_images``."""
     def dets(results: Sequence[dict[str, torch.Tensor]]) -> list[Detections]:
         return [Detections(r["boxes"], r["scores"], r["labels"]) for r in results]
 
-    return assert_no_problems(compare_images(dets(want), dets(got), iou, score_atol))
+    return assert_no_problems(compare_images(dets(want), dets(got), iou, score_atol, ctx))
 
 
 def padding_problems(result: Sequence[torch.Tensor]) -> list[str]:

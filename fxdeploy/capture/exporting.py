@@ -46,19 +46,23 @@ def export(
         watch = None
         try:
             with substitution.on_instances(model, subs) as applied, substitution.watch_calls(
-                functions
+                functions, stop=mode == "auto"
             ) as watch:
                 ep = _decided_by_example(model, args, kwargs, shapes, strict=False, real_values=real_values)
             if not watch.hits:
                 return ep, "non_strict", applied
             logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
         except Exception as exc:  # noqa: BLE001 - re-raised with an explanation, or retried strict
-            fixed_dim = "Constraints violated" in str(exc) and not (watch and watch.hits)  # strict fixes no dim
+            hit = watch is not None and bool(watch.hits)  # in "auto", the first hit stops the trace
+            fixed_dim = "Constraints violated" in str(exc) and not hit  # strict fixes no dim
             if mode == "non_strict" or fixed_dim:
                 error = CaptureError(explain(exc, model, subs))
                 error.strict, error.real_values = False, real_values or getattr(exc, "real_values", False)
                 raise error from exc
-            logger.info("non-strict capture failed (%s); trying strict mode", type(exc).__name__)
+            if hit:
+                logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
+            else:
+                logger.info("non-strict capture failed (%s); trying strict mode", type(exc).__name__)
     try:
         with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns:
             ep = _decided_by_example(model, args, kwargs, shapes, strict=True, real_values=real_values)

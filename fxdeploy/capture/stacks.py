@@ -13,6 +13,7 @@ Strict capture (dynamo) records whole stacks itself.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import traceback
@@ -41,17 +42,24 @@ class _StackPerCall(TorchFunctionMode):
 def user_stack(frame: FrameType | None) -> list[str]:
     """The frames outside torch, outermost first, from the outermost ``forward`` down to ``frame``,
     formatted as ``traceback.format_list`` does (``File "...", line N, in name``)."""
-    frames: list[traceback.FrameSummary] = []
+    frames: list[tuple[str, int, str]] = []
     outermost_forward = -1
     while frame is not None:
         code = frame.f_code
         if not code.co_filename.startswith((_TORCH, "<")):
-            frames.append(traceback.FrameSummary(code.co_filename, frame.f_lineno, code.co_name))
+            frames.append((code.co_filename, frame.f_lineno, code.co_name))
             if code.co_name == "forward":
                 outermost_forward = len(frames)
         frame = frame.f_back
     kept = frames[:outermost_forward] if outermost_forward > 0 else frames[:_MOST]
-    return traceback.format_list(kept[::-1])
+    return list(_formatted(tuple(kept[::-1])))
+
+
+@functools.lru_cache(maxsize=8192)
+def _formatted(frames: tuple[tuple[str, int, str], ...]) -> tuple[str, ...]:
+    """Formatting reads each frame's source line: a capture calls torch from the same few lines
+    thousands of times (a loop over levels, images, anchors), so each stack is formatted once."""
+    return tuple(traceback.format_list([traceback.FrameSummary(*frame) for frame in frames]))
 
 
 @contextlib.contextmanager

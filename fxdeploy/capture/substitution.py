@@ -135,24 +135,33 @@ def in_dynamo(subs: Iterable[Substitution]) -> Iterator[list[str]]:
         yield [s.name for s in functions]
 
 
+class SubstitutedCall(Exception):
+    """A watched function was called where the watch stops at the first call (``CallWatch.stop``)."""
+
+
 @dataclass
 class CallWatch:
-    """Records whether any watched function ran, without changing what runs."""
+    """Records whether any watched function ran, without changing what runs; with ``stop``, the
+    first call raises ``SubstitutedCall`` instead: a capture that must start again in strict mode
+    once one is called need not trace the rest of the model first (a detector's NMS comes last)."""
 
     codes: dict[types.CodeType, str]
     hits: list[str] = field(default_factory=list)
+    stop: bool = False
 
     def __call__(self, frame: types.FrameType, event: str, arg: object) -> None:
         if event == "call":
             name = self.codes.get(frame.f_code)
             if name is not None and name not in self.hits:
                 self.hits.append(name)
+                if self.stop:
+                    raise SubstitutedCall(name)  # CPython unsets the hook; watch_calls restores it after
 
 
 @contextlib.contextmanager
-def watch_calls(subs: Iterable[Substitution]) -> Iterator[CallWatch]:
+def watch_calls(subs: Iterable[Substitution], stop: bool = False) -> Iterator[CallWatch]:
     codes = {s.target.__code__: s.name for s in subs if hasattr(s.target, "__code__")}
-    watch = CallWatch(codes)
+    watch = CallWatch(codes, stop=stop)
     if not codes:
         yield watch
         return

@@ -10,6 +10,7 @@ torchvision's own list of dicts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import torch
 
 import fxdeploy
 from fxdeploy.capture.substitution import builtin_substitutions
+from fxdeploy.parity.excuses import Context
 from tests.detections import assert_same_detections
 from tests.detectors.conftest import require
 from tests.helpers import require_target
@@ -34,20 +36,48 @@ def detector(request: pytest.FixtureRequest) -> torch.nn.Module:
     return build(request.param)
 
 
+@pytest.fixture(scope="module")
+def eager(detector: torch.nn.Module) -> Callable[[int, int], list[dict[str, torch.Tensor]]]:
+    """The eager reference at ``(batch, seed)``, computed once per model for all targets (its
+    images and weights are fixed; a ResNet-50 or VGG-16 at batch 8 is the leg's costliest eager call)."""
+    from examples.torchvision_detectors import images
+
+    results: dict[tuple[int, int], list[dict[str, torch.Tensor]]] = {}
+
+    def run(batch: int, seed: int) -> list[dict[str, torch.Tensor]]:
+        if (batch, seed) not in results:
+            with torch.no_grad():
+                results[batch, seed] = detector(images(batch, seed))
+        return results[batch, seed]
+
+    return run
+
+
+def _thresholds(detector: torch.nn.Module, score_eps: float) -> Context:
+    """The model's own score and NMS thresholds: a detection whose score is within ``score_eps`` of
+    the score threshold, or whose IoU with a kept box sits at the NMS threshold, may go either way
+    between runtimes' float noise (seen: RetinaNet at batch 8, a score of 0.05 at its 0.05 threshold);
+    docs/checking.md."""
+    model = detector.model
+    heads = model.roi_heads if hasattr(model, "roi_heads") else model
+    return Context(iou_threshold=heads.nms_thresh, score_thresholds=(heads.score_thresh,), score_eps=score_eps)
+
+
 def _cap(detector: torch.nn.Module) -> int:
     model = detector.model
     return model.roi_heads.detections_per_img if hasattr(model, "roi_heads") else model.detections_per_img
 
 
-def test_inputs_make_parity_meaningful(detector: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inputs_make_parity_meaningful(
+    detector: torch.nn.Module, eager: Callable[[int, int], list[dict[str, torch.Tensor]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """50+ distinct scores an image, fewer detections than the cap, and exact score ties between
     NMS candidates in every image (two class outputs share their weights)."""
     from examples.torchvision_detectors import images
 
-    for batch, seed in ((1, 3), (4, 1)):
-        with torch.no_grad():
-            out = detector(images(batch, seed))
-        for i, result in enumerate(out):
+    for batch, seed in ((1, 3), (4, 1), (8, 2)):
+        for i, result in enumerate(eager(batch, seed)):
             scores = result["scores"]
             assert len(scores.unique()) >= 50, f"image {i}: {len(scores.unique())} distinct scores"
             assert len(scores) < _cap(detector), "the cap would make tie-breaking decide the set"
@@ -76,7 +106,7 @@ def _tied_candidates(detector: torch.nn.Module, x: torch.Tensor, monkeypatch: py
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_torchvision_detector_without_substitution(
-    detector: torch.nn.Module, target: str, tmp_path: Path
+    detector: torch.nn.Module, eager: Callable[[int, int], list[dict[str, torch.Tensor]]], target: str, tmp_path: Path
 ) -> None:
     require_target(target)
     from examples.torchvision_detectors import images
@@ -89,14 +119,14 @@ def test_torchvision_detector_without_substitution(
     deployed.save(tmp_path / "detector")
     loaded = fxdeploy.load(tmp_path / "detector")
     for batch, seed in ((1, 3), (4, 1), (8, 2)):
-        x = images(batch, seed)
-        with torch.no_grad():
-            want = detector(x)
+        x, want = images(batch, seed), eager(batch, seed)
         for runner in (deployed, loaded) if batch == 1 else (deployed,):  # the loaded artifact: same files
             got = runner(x)
             assert isinstance(got, list) and len(got) == batch
             assert all(set(g) == {"boxes", "scores", "labels"} for g in got)
             assert all(g["labels"].dtype == torch.int64 and g["boxes"].shape[1:] == (4,) for g in got)
             name = "fasterrcnn" if type(detector.model).__name__ == "FasterRCNN" else target
-            assert_same_detections(want, got, score_atol=max(SCORE_TOLERANCE.get(name, 1e-4),
-                                                             SCORE_TOLERANCE.get(target, 1e-4)))
+            tolerance = max(SCORE_TOLERANCE.get(name, 1e-4), SCORE_TOLERANCE.get(target, 1e-4))
+            matched = assert_same_detections(want, got, score_atol=tolerance, ctx=_thresholds(detector, tolerance))
+            excused = sum(sum(m.excused.values()) for m in matched)
+            assert excused <= max(1, batch // 4), f"{excused} detections excused at the thresholds in {batch} images"

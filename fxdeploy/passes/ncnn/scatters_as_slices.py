@@ -16,6 +16,10 @@ along its dim takes the pieces it covers, so a buffer written piece by piece (Ul
 Left as it is, with the reason logged: a step other than 1, a start, end or index that is not a
 constant, and a negative index or an end short of the end of a dim whose size is dynamic.
 ``padded_copies`` runs first: a write into a buffer of one fill value is better a pad.
+
+A ``cat`` or an ``expand`` does not keep the strides the scatter kept (its base's), so a ``view``
+downstream of one may no longer apply (a ``view`` of the transpose of a ``cat``): those views
+become ``reshape``, which gives the same values in a functional graph and copies where it must.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class Span(NamedTuple):
 
 def scatters_as_slices(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     modified = False
+    rewritten: list[Node] = []
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in (*SCATTERS, *_COPIES):
             continue
@@ -66,10 +71,25 @@ def scatters_as_slices(gm: torch.fx.GraphModule, settings: Settings) -> PassResu
         fill_meta([n for n in gm.graph.nodes if n not in before])
         node.replace_all_uses_with(value)
         gm.graph.erase_node(node)
+        rewritten.append(value)
         modified = True
     if modified:
+        _views_as_reshapes(rewritten)
         gm.graph.eliminate_dead_code()  # the slices of a buffer that was written all over
     return PassResult(gm, modified)  # run_pipeline lints and recompiles a modified graph
+
+
+def _views_as_reshapes(rewritten: list[Node]) -> None:
+    """Each ``view`` downstream of a rewritten value becomes a ``reshape`` (see the module's doc)."""
+    seen, todo = set(), list(rewritten)
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "call_function" and node.target is aten.view.default:
+            node.target = aten.reshape.default
+        todo.extend(node.users)
 
 
 def scatter_span(node: Node) -> Span | str:
