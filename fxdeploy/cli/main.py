@@ -1,4 +1,4 @@
-"""``fxdeploy``'s parser and its lower, run and check-env commands."""
+"""``fxdeploy``'s parser and its lower, run and check-env commands (the others: bench, triton)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,29 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from fxdeploy.cli import checks
 from fxdeploy.cli import settings as settings_cli
 from fxdeploy.cli.bench import add_parsers as add_bench_parsers
-from fxdeploy.cli.shapes import parse_dynamic, parse_shapes, random_inputs
+from fxdeploy.cli.checks import UsageError
+from fxdeploy.cli.model_spec import load_model
+from fxdeploy.cli.shapes import check_dynamic, dynamic_item, parse_dynamic, parse_shapes, random_inputs, shape_item
 from fxdeploy.cli.triton import register as _register_triton
+
+DESCRIPTION = """Lower a PyTorch model to an artifact for a deployment runtime, run it, and compare or time it.
+
+commands:
+  lower          capture, pass and lower a model (file.py:factory) into an artifact directory
+  run            load a saved artifact and run it on random or given (.npz) inputs, timed
+  check-env      list every target: whether it runs here, its version, or what to install
+  export-triton  write a saved artifact into a Triton Inference Server model repository
+  bench          time eager, inductor, the peers and every fxdeploy target side by side
+  compare        lower to targets and check each one's outputs against eager PyTorch
+
+Every argument is checked before any work starts; `fxdeploy COMMAND --help` lists a command's."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:  # a bad command line, found before any work
+        return checks.fail(f"fxdeploy {args.command}", str(exc))
     except Exception as exc:  # noqa: BLE001 - a CLI prints the error, not a traceback
         from fxdeploy.errors import FxDeployError
 
@@ -34,31 +50,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fxdeploy", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = checks.Parser(prog="fxdeploy", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the libraries' own output (torch, pnnx, ncnn) and tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     lower = sub.add_parser("lower", help="capture, pass and lower a model into an artifact directory")
-    lower.add_argument("model", help="file.py:factory or package.module:factory returning (model, inputs)")
-    lower.add_argument("--target", default="onnxruntime")
-    lower.add_argument("--out", type=Path, help="artifact directory to write (atomically)")
+    lower.add_argument("model", type=checks.model_spec,
+                       help="file.py:factory or package.module:factory returning (model, inputs)")
+    lower.add_argument("--target", default="onnxruntime", help="a target (fxdeploy check-env lists them) or 'auto'")
+    lower.add_argument("--out", type=checks.output_dir, help="artifact directory to write (atomically)")
     lower.add_argument(
-        "--dynamic", action="append", default=[], metavar="INPUT:DIM[:NAME[:MIN:MAX]]",
+        "--dynamic", action="append", default=[], type=dynamic_item, metavar="INPUT:DIM[:NAME[:MIN:MAX]]",
         help="mark a dim dynamic, e.g. x:0:batch:1:32 (repeatable)",
     )
     lower.add_argument(
-        "--shape", action="append", default=[], metavar="INPUT:DIMS",
+        "--shape", action="append", default=[], type=shape_item, metavar="INPUT:DIMS",
         help="input shape with ranges, e.g. x:1..8x3x224..640x224..640, or named and with an opt "
         "value, x:batch=1..4..8x3x224x224 (repeatable)",
     )
-    lower.add_argument("--report", type=Path, help="write a markdown lowering report here")
+    lower.add_argument("--report", type=checks.output_file, help="write a markdown lowering report here")
     settings_cli.add_arguments(lower)
     lower.set_defaults(func=_cmd_lower)
 
     run = sub.add_parser("run", help="run an artifact on random (or given .npz) inputs and time it")
-    run.add_argument("artifact")
-    run.add_argument("--inputs", help=".npz file with one array per input name")
-    run.add_argument("--runs", type=int, default=20)
+    run.add_argument("artifact", type=checks.artifact_dir, help="artifact directory (from fxdeploy lower)")
+    run.add_argument("--inputs", type=checks.existing_file, help=".npz file with one array per input name")
+    run.add_argument("--runs", type=checks.int_at_least(1), default=20)
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(func=_cmd_run)
 
@@ -75,19 +93,22 @@ def _cmd_lower(args: argparse.Namespace) -> int:
     import time
 
     import fxdeploy
-    from fxdeploy.cli.model_spec import load_factory, load_substitutions
+    from fxdeploy.cli.model_spec import load_substitutions
 
     settings = settings_cli.resolve(args)
     if args.print_settings:
         print(settings_cli.render(settings), end="")
         return 0
     if args.out is None:
-        raise ValueError("lower needs --out DIR (or --print-settings)")
-    model, inputs = load_factory(args.model)
+        raise UsageError("argument --out: missing; expected the artifact directory to write (or --print-settings)")
+    if args.dynamic and args.shape:
+        raise UsageError("arguments --dynamic and --shape: both given; expected one of them")
+    if args.target != "auto":
+        checks.require_target(args.target, settings.precision)
+    model, inputs = load_model(args.model)
     dynamic = parse_dynamic(args.dynamic)
+    check_dynamic(dynamic, model, inputs)
     if args.shape:
-        if dynamic:
-            raise ValueError("use either --dynamic or --shape, not both")
         dynamic = parse_shapes(args.shape, model, inputs)
     start = time.perf_counter()
     deployed = fxdeploy.lower(
@@ -98,10 +119,10 @@ def _cmd_lower(args: argparse.Namespace) -> int:
     path = deployed.save(args.out)
     print(f"lowered {type(model).__name__} to {deployed.target} in {elapsed:.2f} s -> {path}")
     print(f"  {deployed!r}")
-    checks = deployed.manifest["info"].get("shape_checks", [])
-    if checks:
-        worst = max((c["max_abs_error"] for c in checks if c["max_abs_error"] is not None), default=0.0)
-        print(f"  checked against eager at {', '.join(c['label'] for c in checks)}: max abs error {worst:.3g}")
+    checks_run = deployed.manifest["info"].get("shape_checks", [])
+    if checks_run:
+        worst = max((c["max_abs_error"] for c in checks_run if c["max_abs_error"] is not None), default=0.0)
+        print(f"  checked against eager at {', '.join(c['label'] for c in checks_run)}: max abs error {worst:.3g}")
     if args.report:
         from fxdeploy.cli.report import render_report
 
