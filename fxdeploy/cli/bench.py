@@ -20,7 +20,7 @@ MODEL_HELP = "file.py:factory or package.module:factory returning (model, inputs
 def add_parsers(sub: Any) -> None:
     """Register the two subcommands on ``fxdeploy``'s subparsers."""
     count, number = checks.int_at_least, checks.float_at_least
-    bench = sub.add_parser("bench", help="time eager, inductor, the peers and every fxdeploy target side by side")
+    bench = checks.add_command(sub, "bench", "time eager, inductor, the peers and every fxdeploy target side by side")
     bench.add_argument("model", type=checks.model_spec, help=MODEL_HELP)
     bench.add_argument("--targets", default="all", help="'all' or a comma-separated list of fxdeploy targets")
     bench.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
@@ -41,7 +41,7 @@ def add_parsers(sub: Any) -> None:
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(func=_cmd_bench)
 
-    compare = sub.add_parser("compare", help="lower to targets and check their outputs against eager PyTorch")
+    compare = checks.add_command(sub, "compare", "lower to targets and check their outputs against eager PyTorch")
     compare.add_argument("model", type=checks.model_spec, help=MODEL_HELP)
     compare.add_argument("--targets", required=True, help="comma-separated fxdeploy targets")
     compare.add_argument("--atol", type=number(0), default=1e-4)

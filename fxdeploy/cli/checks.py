@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class UsageError(ValueError):
@@ -26,6 +26,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         one_line = " ".join(message.split())
         self.exit(2, f"{self.prog}: error: {one_line} (see {self.prog} --help)\n")
+
+
+def add_command(sub: Any, name: str, sentence: str) -> argparse.ArgumentParser:
+    """A subcommand whose one sentence is both its line in ``fxdeploy --help`` and its own description."""
+    description = sentence[:1].upper() + sentence[1:] + "."
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=sentence, description=description)
+    return parser
 
 
 def int_at_least(low: int) -> Callable[[str], int]:

@@ -21,15 +21,7 @@ from fxdeploy.cli.triton import register as _register_triton
 
 DESCRIPTION = """Lower a PyTorch model to an artifact for a deployment runtime, run it, and compare or time it.
 
-commands:
-  lower          capture, pass and lower a model (file.py:factory) into an artifact directory
-  run            load a saved artifact and run it on random or given (.npz) inputs, timed
-  check-env      list every target: whether it runs here, its version, or what to install
-  export-triton  write a saved artifact into a Triton Inference Server model repository
-  bench          time eager, inductor, the peers and every fxdeploy target side by side
-  compare        lower to targets and check each one's outputs against eager PyTorch
-
-Every argument is checked before any work starts; `fxdeploy COMMAND --help` lists a command's."""
+Every argument is checked before any work starts; `fxdeploy COMMAND --help` lists a command's own."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,12 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = checks.Parser(prog="fxdeploy", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter)
+    parser = checks.Parser(prog="fxdeploy", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show the libraries' own output (torch, pnnx, ncnn) and tracebacks")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
-    lower = sub.add_parser("lower", help="capture, pass and lower a model into an artifact directory")
+    lower = checks.add_command(sub, "lower", "capture, pass and lower a model into an artifact directory")
     lower.add_argument("model", type=checks.model_spec,
                        help="file.py:factory or package.module:factory returning (model, inputs)")
     lower.add_argument("--target", default="onnxruntime", help="a target (fxdeploy check-env lists them) or 'auto'")
@@ -73,14 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     settings_cli.add_arguments(lower)
     lower.set_defaults(func=_cmd_lower)
 
-    run = sub.add_parser("run", help="run an artifact on random (or given .npz) inputs and time it")
+    run = checks.add_command(sub, "run", "run an artifact on random (or given .npz) inputs and time it")
     run.add_argument("artifact", type=checks.artifact_dir, help="artifact directory (from fxdeploy lower)")
     run.add_argument("--inputs", type=checks.existing_file, help=".npz file with one array per input name")
     run.add_argument("--runs", type=checks.int_at_least(1), default=20)
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(func=_cmd_run)
 
-    env = sub.add_parser("check-env", help="list targets: available, version, and what to install")
+    env = checks.add_command(sub, "check-env", "list targets: available, version, and what to install")
     env.add_argument("--json", action="store_true")
     env.set_defaults(func=_cmd_check_env)
     _register_triton(sub)  # export-triton

@@ -10,8 +10,8 @@ from fxdeploy.cli import checks
 
 def register(sub: Any) -> None:
     """Add ``export-triton`` to ``fxdeploy``'s subparsers."""
-    parser = sub.add_parser(
-        "export-triton", help="write a Triton model repository entry (config.pbtxt + model file) for an artifact"
+    parser = checks.add_command(
+        sub, "export-triton", "write a Triton model repository entry (config.pbtxt + model file) for an artifact"
     )
     parser.add_argument("artifact", type=checks.artifact_dir,
                         help="artifact directory (from `fxdeploy lower` or Deployed.save)")
