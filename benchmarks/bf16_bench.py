@@ -12,7 +12,7 @@ and compares it with what the same deployer could do without fxdeploy, at the sa
 - fxdeploy: openvino and torchscript at fp32 and at bf16.
 
 Each row's error is its max abs logit error over eager fp32's, relative to eager's largest logit.
-Timing follows PERF.md (warm-up >= 1 s, then >= 3 s and >= 50 runs, in interleaved rounds, 2 threads).
+Timing follows docs/performance.md (warm-up >= 1 s, then >= 3 s and >= 50 runs, in interleaved rounds, 2 threads).
 
     .venv/bin/python benchmarks/bf16_bench.py [--rounds 10] [--threads 2]
 """
