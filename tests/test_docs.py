@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.helpers import ROOT
 
@@ -47,3 +48,11 @@ def test_no_file_names_the_design_folder_outside_the_repository() -> None:
         if path.name != "test_docs.py" and OUTSIDE.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == [], f"name docs/nms-spec.md or docs/performance.md instead, in {offenders}"
+
+
+def test_the_readme_lists_every_torch_compile_backend() -> None:
+    """Each backend pyproject.toml registers with torch (and so each a user can name) is in the README."""
+    backends = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["torch_dynamo_backends"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(backends) >= 5
+    assert [name for name in backends if f"`{name}`" not in readme] == []
