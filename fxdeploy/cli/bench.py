@@ -38,7 +38,7 @@ def add_parsers(sub: Any) -> None:
                        help="write the result document (schema: benchmarks/SCHEMA.md)")
     bench.add_argument("--plot", type=checks.output_file, metavar="OUT.png",
                        help="write a bar plot of median latency (p90 whiskers)")
-    bench.add_argument("--no-progress", action="store_true")
+    bench.add_argument("--no-progress", action="store_true", help="no progress lines")
     bench.set_defaults(func=_cmd_bench)
 
     compare = checks.add_command(sub, "compare", "lower to targets and check their outputs against eager PyTorch")
@@ -55,6 +55,7 @@ def add_parsers(sub: Any) -> None:
     compare.add_argument("--batch", type=int, nargs="+", metavar="N",
                          help="compare at these batch sizes, the example's rows cycled along dim 0, each target "
                               "lowered once (without --dynamic, dim 0 of every input is one dynamic batch dim)")
+    compare.add_argument("--no-progress", action="store_true", help="no stage lines on the terminal")
     compare.set_defaults(func=_cmd_compare)
 
 
