@@ -81,7 +81,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             model, inputs, targets=targets, peers=args.peers, inductor=args.inductor, batch=batch,
             threads=args.threads, warmup_s=args.warmup, warmup_runs=args.warmup_runs, min_time_s=args.min_time,
             min_runs=args.min_runs, rounds=args.rounds, model_name=args.model, model_spec=args.model,
-            progress=not args.no_progress, substitutions=load_substitutions(args.model),
+            progress=not args.no_progress and sys.stderr.isatty(), substitutions=load_substitutions(args.model),
         )
         print(markdown(document))
         print()

@@ -89,6 +89,7 @@ def test_a_detector_through_every_command_prints_only_fxdeploy(tmp_path: Path) -
         assert result.returncode == 0, (args, result.stdout, result.stderr)
         assert _noise(result.stdout + result.stderr) == [], (args, result.stderr)
         assert not any(f"torchscript: {name}" in result.stderr for name in STAGES), "stages drawn into a pipe"
+        assert "bench [" not in result.stderr, "bench's steps drawn into a pipe"
     assert "fxdeploy:torchscript" in result.stdout
 
 
