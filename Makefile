@@ -1,7 +1,11 @@
-# Quick start: `make demo` then `make test`. The first run creates .venv (torch 2.13.0 CPU first,
-# so nothing pulls CUDA wheels), then installs fxdeploy with every runtime that installs here.
-# `make test` also creates .venv-det: torch 2.14.1 with the real torchvision 0.29.1 (both from this
-# machine's disk) and Ultralytics, for the detector suites. Two torch versions are tested.
+# Quick start: `make demo` then `make test`. The first run creates .venv (torch 2.13.0 first, then
+# fxdeploy with every runtime that installs here; about 1.9 GB on disk). Here torch 2.13.0 is the
+# CPU wheel because pip's find-links (/opt/wheels) holds torch-2.13.0+cpu; on a machine without it,
+# pip takes PyPI's torch, the CUDA build: add --index-url https://download.pytorch.org/whl/cpu.
+# `make test` also creates .venv-det for the detector suites: torch 2.14.1 and the real torchvision
+# 0.29.1, downloaded from PyPI, where torch 2.14.1 is the CUDA 13.0 build (2.14.1+cu130) and pulls
+# NVIDIA's CUDA libraries even on a machine without a GPU, then Ultralytics: about 6.7 GB on disk
+# (3.2 GB of it NVIDIA libraries, 1.2 GB torch). Two torch versions are tested.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed

@@ -12,7 +12,7 @@ and compares it with what the same deployer could do without fxdeploy, at the sa
 - fxdeploy: openvino and torchscript at fp32 and at bf16.
 
 Each row's error is its max abs logit error over eager fp32's, relative to eager's largest logit.
-Timing follows PERF.md (warm-up >= 1 s, then >= 3 s and >= 50 runs, in interleaved rounds, 2 threads).
+Timing follows docs/performance.md (warm-up >= 1 s, then >= 3 s and >= 50 runs, in interleaved rounds, 2 threads).
 
     .venv/bin/python benchmarks/bf16_bench.py [--rounds 10] [--threads 2]
 """
@@ -61,6 +61,9 @@ def eager_rows(model: torch.nn.Module, x: torch.Tensor) -> dict[str, Call]:
     return {"eager fp32": fp32, "eager bf16 (model.to(bf16))": bf16_weights, "eager bf16 (autocast)": autocast}
 
 
+PEERS = ("peer: onnx export + OpenVINO by hand, bf16 hint", "peer: OpenVINO torch.compile, bf16 hint")
+
+
 def peer_rows(model: torch.nn.Module, x: torch.Tensor, threads: int, work: Path) -> dict[str, Call]:
     import openvino
     import openvino.torch  # noqa: F401 - registers the "openvino" torch.compile backend
@@ -68,13 +71,17 @@ def peer_rows(model: torch.nn.Module, x: torch.Tensor, threads: int, work: Path)
     from fxdeploy.runtime.openvino import read_model
 
     rows: dict[str, Call] = {}
+    core = openvino.Core()
+    capabilities = list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    if "BF16" not in capabilities:  # OpenVINO would take the bf16 hint and run f32: not a bf16 row
+        raise RuntimeError(f"no native bf16 on this CPU (OpenVINO's OPTIMIZATION_CAPABILITIES are {capabilities}), "
+                           "where OpenVINO runs a bf16 hint at f32")
     config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "bf16",
               "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
     path = work / "peer.onnx"
     torch.onnx.export(model, (x,), str(path), dynamo=True)
-    core = openvino.Core()
     request = core.compile_model(read_model(core, path), "CPU", config).create_infer_request()
-    rows["peer: onnx export + OpenVINO by hand, bf16 hint"] = (
+    rows[PEERS[0]] = (
         lambda: torch.from_numpy(np.asarray(request.infer([x.numpy()])[0]))
     )
     options = {"device": "CPU", "aot_autograd": True,  # its default path fails on conv nets (zoo table)
@@ -85,18 +92,25 @@ def peer_rows(model: torch.nn.Module, x: torch.Tensor, threads: int, work: Path)
         with torch.inference_mode():
             return compiled(x).logits
 
-    rows["peer: OpenVINO torch.compile, bf16 hint"] = compiled_call
+    rows[PEERS[1]] = compiled_call
     return rows
 
 
-def fxdeploy_rows(model: torch.nn.Module, x: torch.Tensor, threads: int) -> dict[str, Call]:
+def fxdeploy_rows(model: torch.nn.Module, x: torch.Tensor, threads: int) -> tuple[dict[str, Call], dict[str, str]]:
+    """The rows, and those this CPU cannot run with the reason (bf16 on OpenVINO needs native bf16)."""
     rows: dict[str, Call] = {}
+    skipped: dict[str, str] = {}
     for target in ("openvino", "torchscript"):
         for precision, atol in (("fp32", 1e-4), ("bf16", 3e-2)):
             settings = Settings(precision=precision, atol=atol, threads=threads)
-            deployed = fxdeploy.lower(model, (x,), target=target, settings=settings)
-            rows[f"fxdeploy:{target} {precision}"] = lambda d=deployed: d(x).logits
-    return rows
+            name = f"fxdeploy:{target} {precision}"
+            try:
+                deployed = fxdeploy.lower(model, (x,), target=target, settings=settings)
+            except fxdeploy.TargetUnavailableError as exc:
+                skipped[name] = " ".join(str(exc).split())
+                continue
+            rows[name] = lambda d=deployed: d(x).logits
+    return rows, skipped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,8 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     model, (images,) = resnet50()
     x = images[:1].contiguous()
     with pinned_threads(args.threads), tempfile.TemporaryDirectory() as work:
-        rows = {**eager_rows(model, x), **peer_rows(model, x, args.threads, Path(work)),
-                **fxdeploy_rows(model, x, args.threads)}
+        rows, skipped = eager_rows(model, x), {}
+        try:
+            rows.update(peer_rows(model, x, args.threads, Path(work)))
+        except RuntimeError as exc:
+            skipped.update(dict.fromkeys(PEERS, str(exc)))
+        ours, cannot = fxdeploy_rows(model, x, args.threads)
+        rows.update(ours)
+        skipped.update(cannot)
         with torch.inference_mode():
             want = model(x).logits
         scale = want.abs().max().item()
@@ -116,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         samples, failures = measure_interleaved(rows, Budget(rounds=args.rounds))
     medians = {name: summarize(s, warn=False)["median"] for name, s in samples.items()}
     print(table(medians, errors, failures))
+    for name, reason in skipped.items():  # a contender this CPU cannot run is a row that says why
+        print(f"| {name} | not run: {reason} | | | |")
     return 0
 
 

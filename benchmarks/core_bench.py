@@ -1,4 +1,4 @@
-"""Core overhead benchmarks: four ratios, each measured side by side in one run (PERF.md).
+"""Core overhead benchmarks: four ratios, each measured side by side in one run (docs/performance.md).
 
 (a) ``Deployed.__call__`` over a bare ``InferenceSession.run`` on the same ONNX file and the same
     session options, transformers ResNet-50, batch 1, 2 threads. Bar: <= 1.03x.

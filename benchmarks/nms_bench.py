@@ -1,4 +1,4 @@
-"""NMS benchmarks: two ratios, each measured side by side in one run (see PERF.md).
+"""NMS benchmarks: two ratios, each measured side by side in one run (see docs/performance.md).
 
 (a) ``multiclass_nms`` lowered to ONNX and run on ONNX Runtime, over a bare ONNX graph holding
     only one NonMaxSuppression node, on the same input (B=1, N=5000, C=80) with the same

@@ -5,7 +5,7 @@ node; at opset 20 (what ``torch.onnx.export`` writes by default) it spells it ou
 nodes. The ONNX Runtime and OpenVINO targets now default to 23 (``fxdeploy/targets/onnxruntime.py``,
 ``OPSET``). This run keeps that choice honest: each model is lowered twice per target, differing only
 in ``Settings.onnx.opset``; both artifacts are checked against eager, and their ``Deployed`` calls
-(batch 1) are timed in interleaved rounds (PERF.md: warm-up >= 1 s, then >= 3 s and >= 50 runs,
+(batch 1) are timed in interleaved rounds (docs/performance.md: warm-up >= 1 s, then >= 3 s and >= 50 runs,
 2 threads). The ratio is taken per round, where both ran in the same machine state.
 
     .venv/bin/python benchmarks/opset_bench.py [--models vit_small,detr_small] [--rounds 30]

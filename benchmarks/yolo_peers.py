@@ -121,21 +121,21 @@ def main() -> None:
     def nms(raw: torch.Tensor) -> Rows:
         return non_max_suppression(raw, model.conf, model.iou, max_det=model.max_det)
 
-    settings = fxdeploy.Settings(threads=THREADS)
-    deployed = {
-        f"fxdeploy:{t}": fxdeploy.lower(model, (images(2, 0),), target=t, settings=settings,
-                                         dynamic_shapes={"images": {0: ("batch", 1, 8)}})
-        for t in args.targets
-    }
+    dynamic = {"images": {0: ("batch", 1, 8)}}
+    variants = [(f"fxdeploy:{t}", t, fxdeploy.Settings(threads=THREADS)) for t in args.targets]
     if "openvino" in args.targets:  # at the precision OpenVINO picks by itself on a bf16 CPU
-        deployed["fxdeploy:openvino-bf16"] = fxdeploy.lower(
-            model, (images(2, 0),), target="openvino", settings=fxdeploy.Settings(threads=THREADS, precision="bf16",
-                                                                                 verify=False),
-            dynamic_shapes={"images": {0: ("batch", 1, 8)}})
+        variants.append(("fxdeploy:openvino-bf16", "openvino",
+                         fxdeploy.Settings(threads=THREADS, precision="bf16", verify=False)))
     for t in [t for t in ("onnxruntime", "openvino") if t in args.targets]:  # the images of a batch one after the other
-        one_stream = fxdeploy.Settings(threads=THREADS, image_streams=1, verify=False)
-        deployed[f"fxdeploy:{t}-one-stream"] = fxdeploy.lower(
-            model, (images(2, 0),), target=t, settings=one_stream, dynamic_shapes={"images": {0: ("batch", 1, 8)}})
+        variants.append((f"fxdeploy:{t}-one-stream", t, fxdeploy.Settings(threads=THREADS, image_streams=1,
+                                                                          verify=False)))
+    deployed, cannot = {}, {}
+    for name, target, settings in variants:  # a contender this CPU cannot run is a row that says why
+        try:
+            deployed[name] = fxdeploy.lower(model, (images(2, 0),), target=target, settings=settings,
+                                            dynamic_shapes=dynamic)
+        except fxdeploy.TargetUnavailableError as exc:
+            cannot[name] = " ".join(str(exc).split())
     results = []
     home = Path.cwd()
     with tempfile.TemporaryDirectory() as work, pinned_threads(THREADS), torch.no_grad():
@@ -147,6 +147,7 @@ def main() -> None:
             peers = ultralytics_peers(net, args.config, batch, Path(work) / f"b{batch}", nms)
             contenders.update({name: (lambda fn=fn, x=x: fn(x)) for name, fn in peers.items()})
             samples, failures = measure_interleaved(contenders, Budget())
+            results += [{"batch": batch, "name": name, "not_run": reason} for name, reason in cannot.items()]
             for name, fn in contenders.items():
                 if name in failures:
                     results.append({"batch": batch, "name": name, "error": failures[name]})
@@ -166,6 +167,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
     print("|---|---|---|---|---|---|---|")
     eager = {r["batch"]: r["median"] for r in results if r["name"] == "eager" and "median" in r}
     for r in results:
+        if "not_run" in r:
+            print(f"| {r['batch']} | {r['name']} | not run on this CPU: {r['not_run']} | | | | |")
+            continue
         if "error" in r:
             print(f"| {r['batch']} | {r['name']} | failed: {r['error'][:80]} | | | | |")
             continue

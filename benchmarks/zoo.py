@@ -4,7 +4,7 @@ For each model of ``examples/zoo.py``, one ``fxdeploy.bench.run_benchmark`` run 
 every available target (in fresh subprocesses, from the factory spec, with the zoo's
 substitutions), builds eager, inductor and the peers a user would pick instead (plain
 ``torch.onnx.export`` + an ONNX Runtime session, OpenVINO's own ``torch.compile``, pnnx + ncnn),
-checks each against eager and times them interleaved (PERF.md: warm-up >= 1 s, then >= 3 s and
+checks each against eager and times them interleaved (docs/performance.md: warm-up >= 1 s, then >= 3 s and
 >= 50 runs, pinned threads). Ratios are only taken within one model's run.
 
     .venv/bin/python benchmarks/zoo.py [--models resnet50,detr_small] [--batch 1] [--threads 2] [--rounds 30]
@@ -40,7 +40,7 @@ ROUNDS = 30
 machine's load changes over seconds, and coarse rounds let one row catch a busy phase the others
 missed (vit_small's two identical ORT graphs came out 1.12x apart with 5 rounds)."""
 CNNS = ("resnet50", "resnet_small")
-"""PERF.md's "best target >= 2x faster than eager" bar applies to the zoo's CNNs."""
+"""docs/performance.md's "best target >= 2x faster than eager" bar applies to the zoo's CNNs."""
 
 
 def bench_model(name: str, batch: int, threads: int, rounds: int) -> dict[str, Any]:
@@ -179,7 +179,7 @@ def readme_section(documents: list[dict[str, Any]], command: str, detections: di
         lines += ["", f"Latency CV above 5% (a shared, busy machine) for {', '.join(noisy)}: compare ratios, "
                   "not absolute times; the JSON documents in benchmarks/results/zoo/ hold min, p90 and CV."]
     lines += [
-        "", "Bars (PERF.md): the best fxdeploy target at least 2x faster than eager on the CNNs, and no "
+        "", "Bars (docs/performance.md): the best fxdeploy target at least 2x faster than eager on the CNNs, and no "
         "slower than the best peer (fastest peer row that matches eager) on every model.", "",
         "The per-round column is the ratio taken round by round, its median and its spread (10th-90th "
         "percentile): in each interleaved round the two rows ran side by side, so it pairs calls made in "

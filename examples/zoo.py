@@ -97,7 +97,7 @@ def _threshold_in_query_order(probs: torch.Tensor, boxes: torch.Tensor, threshol
     """DETR/YOLOS semantics: per query its best class, kept where score > threshold, in query order.
 
     ``probs`` [B, Q, C + 1] still holds the "no object" column, which never wins. multiclass_nms
-    ranks by score and breaks ties by the lower box index (NMS_SPEC, step 4), so it is given the
+    ranks by score and breaks ties by the lower box index (docs/nms-spec.md, step 4), so it is given the
     keep indicator (1.0 where score > threshold, else 0.0) as the one class's score: every kept
     query ties, its rows come in query order, score_threshold 0.5 drops the rest, and
     iou_threshold 1.0 suppresses nothing (one TopK on every ONNX target). The real scores and the

@@ -30,6 +30,7 @@ from fxdeploy.parity.lower_check import check_artifact
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.record import record, update
 from fxdeploy.settings import Settings
+from fxdeploy.stages import stage
 from fxdeploy.targets import Lowered, LoweringJob, Target, check_precision, describe, get_target, origin_of
 from fxdeploy.version import __version__
 
@@ -58,12 +59,14 @@ def lower(
 
     def build() -> Deployed:
         try:
-            captured = capture(
-                model, args, kwargs, dynamic_shapes=dynamic_shapes, substitutions=subs, settings=settings
-            )
+            with stage("capture", chosen.name):
+                captured = capture(
+                    model, args, kwargs, dynamic_shapes=dynamic_shapes, substitutions=subs, settings=settings
+                )
             gm = captured.graph_module
             update(gm, output_names=tuple(captured.output_names))
-            gm, report = run_pipeline(gm, chosen.pipeline, settings)
+            with stage("passes", chosen.name):
+                gm, report = run_pipeline(gm, chosen.pipeline, settings)
             return _lower_graph(chosen, captured, gm, report, settings, model, subs)
         except InferenceError as exc:  # the artifact was built, and fails on lower()'s own checks
             raise LoweringError(f"target {chosen.name!r}: the lowered artifact failed lower()'s check: {exc}") from exc
@@ -113,11 +116,13 @@ def _lower_graph(
         exported_program=captured.exported_program if unchanged else None,
     )
     try:
-        lowered = _lower(chosen, job)
+        with stage("lowering", chosen.name):
+            lowered = _lower(chosen, job)
         manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
         manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}
         manifest["info"]["verified"] = settings.verify  # False: the user turned lower()'s check off
-        executor = chosen.load(out_dir, manifest, settings)
+        with stage("loading", chosen.name):
+            executor = chosen.load(out_dir, manifest, settings)
     except BaseException:
         workdir.cleanup()  # nothing owns it yet; from here on the Deployed removes it
         raise
@@ -126,7 +131,8 @@ def _lower_graph(
         dataclass_template=captured.dataclass_template, unpacks=captured.unpacks, report=report,
     )
     if settings.verify:
-        manifest["info"]["shape_checks"] = check_artifact(deployed, gm, captured, model, subs, settings)
+        with stage("check against eager", chosen.name):
+            manifest["info"]["shape_checks"] = check_artifact(deployed, gm, captured, model, subs, settings)
         executor.timings.reset()
     return deployed
 

@@ -14,11 +14,23 @@ from typing import Any
 
 from fxdeploy.errors import FxDeployError
 
+SPIN_MS = 20
+"""ncnn's own default ``openmp_blocktime``: its OpenMP threads spin this long for the next layer."""
 
-def configure(opt: Any, *, threads: int, fp16: bool) -> None:
+
+def configure(opt: Any, *, threads: int, fp16: bool, spin_ms: int = SPIN_MS) -> None:
     """Every precision switch set explicitly: ncnn's defaults enable fp16 storage and arithmetic,
-    and bf16 where the CPU has it. Vulkan stays off: fxdeploy's ncnn target runs on the CPU."""
+    and bf16 where the CPU has it. Vulkan stays off: fxdeploy's ncnn target runs on the CPU.
+
+    ``spin_ms`` is the net's ``openmp_blocktime``, which ncnn applies around each of its own
+    extractions only (and restores after), so it never reaches another net or library. A plan
+    with host stages passes 0: between two engine stages the host runs torch ops, and threads
+    spinning there compete with them, ruinously so when another process shares the CPU. ncnn
+    applies it where it is built against LLVM's OpenMP (``kmp_set_blocktime``); a GCC build
+    (libgomp, as the Linux wheels are) has no such call and keeps spinning as its environment says
+    (``OMP_WAIT_POLICY``)."""
     opt.num_threads = threads
+    opt.openmp_blocktime = spin_ms
     opt.use_vulkan_compute = False
     opt.use_fp16_packed = fp16
     opt.use_fp16_storage = fp16
@@ -27,13 +39,15 @@ def configure(opt: Any, *, threads: int, fp16: bool) -> None:
     opt.use_bf16_packed = False
 
 
-def load_net(param: Path, weights: Path, *, threads: int, fp16: bool, error: type[FxDeployError]) -> Any:
+def load_net(
+    param: Path, weights: Path, *, threads: int, fp16: bool, error: type[FxDeployError], spin_ms: int = SPIN_MS,
+) -> Any:
     """A configured Net holding ``param`` and ``weights``; a file ncnn cannot load raises ``error``
     (the runtime's ArtifactError, the lowering's LoweringError) naming the file and ncnn's code."""
     import ncnn
 
     net = ncnn.Net()
-    configure(net.opt, threads=threads, fp16=fp16)
+    configure(net.opt, threads=threads, fp16=fp16, spin_ms=spin_ms)
     for path, loader in ((param, net.load_param), (weights, net.load_model)):
         code = loader(str(path))
         if code != 0:

@@ -1,4 +1,4 @@
-"""Benchmarks by PERF.md's rules: fxdeploy targets against eager, inductor and the peers.
+"""Benchmarks by docs/performance.md's rules: fxdeploy targets against eager, inductor and the peers.
 
 ``run_benchmark`` returns one JSON document (``schema.SCHEMA``); ``report`` turns it into a
 markdown table and a PNG. Timing lives here and in ``benchmarks/``, never in tests.

@@ -1,4 +1,5 @@
-"""Progress for long benchmark runs: a ``\\r`` bar on a terminal, plain lines in logs and CI."""
+"""Progress for long benchmark runs: each step announced as a stage (``fxdeploy.stages``), which the
+command line draws on a terminal; with no one listening, plain lines for logs and CI."""
 
 from __future__ import annotations
 
@@ -6,33 +7,37 @@ import sys
 import time
 from typing import TextIO
 
+from fxdeploy.stages import StageEvent, announce, heard
+
 
 class Progress:
-    def __init__(self, total: int, *, enabled: bool = True, stream: TextIO | None = None, width: int = 30) -> None:
+    def __init__(self, total: int, *, enabled: bool = True, stream: TextIO | None = None) -> None:
         self.total = max(1, total)
         self.done = 0
         self.enabled = enabled
         self.stream = stream or sys.stderr
-        self.width = width
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.start = time.perf_counter()
+        self._current: tuple[str, float] | None = None
 
     def step(self, label: str) -> None:
         self.done = min(self.total, self.done + 1)
         if not self.enabled:
             return
-        elapsed = time.perf_counter() - self.start
-        if self.tty:
-            filled = self.width * self.done // self.total
-            bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\r[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {label[:40]:<40}")
-            if self.done == self.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"bench [{self.done}/{self.total}] {elapsed:.0f}s {label}\n")
+        now = time.perf_counter()
+        if heard():
+            self._finish(now)
+            name = f"bench [{self.done}/{self.total}] {label}"
+            announce(StageEvent(name, "start"))
+            self._current = (name, now)
+            return
+        self.stream.write(f"bench [{self.done}/{self.total}] {now - self.start:.0f}s {label}\n")
         self.stream.flush()
 
     def close(self) -> None:
-        if self.enabled and self.tty and self.done < self.total:
-            self.stream.write("\n")
-            self.stream.flush()
+        self._finish(time.perf_counter())
+
+    def _finish(self, now: float) -> None:
+        if self._current is not None:
+            name, started = self._current
+            announce(StageEvent(name, "done", seconds=now - started))
+            self._current = None

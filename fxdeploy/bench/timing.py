@@ -1,4 +1,4 @@
-"""Timing by the trtexec/Polygraphy conventions of PERF.md: warm up by time, measure by time.
+"""Timing by the trtexec/Polygraphy conventions of docs/performance.md: warm up by time, measure by time.
 
 Both phases have two minimums (seconds and runs) and end only once both are met, so a slow model
 still gets enough samples and a fast one still runs long enough to average out scheduler noise.

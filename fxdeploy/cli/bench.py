@@ -3,71 +3,85 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fxdeploy.cli import checks
+from fxdeploy.cli.checks import UsageError
+from fxdeploy.cli.shapes import dynamic_item
+
+MODEL_HELP = "file.py:factory or package.module:factory returning (model, inputs)"
+
 
 def add_parsers(sub: Any) -> None:
     """Register the two subcommands on ``fxdeploy``'s subparsers."""
-    bench = sub.add_parser("bench", help="time eager, inductor, the peers and every fxdeploy target side by side")
-    bench.add_argument("model", help="file.py:factory or package.module:factory returning (model, inputs)")
+    count, number = checks.int_at_least, checks.float_at_least
+    bench = checks.add_command(sub, "bench", "time eager, inductor, the peers and every fxdeploy target side by side")
+    bench.add_argument("model", type=checks.model_spec, help=MODEL_HELP)
     bench.add_argument("--targets", default="all", help="'all' or a comma-separated list of fxdeploy targets")
     bench.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                        help="also time torch.onnx.export+ORT, OpenVINO's torch.compile and pnnx+ncnn")
     bench.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=True)
     bench.add_argument("--batch", type=int, nargs="+", metavar="N",
                        help="batch size(s); the example inputs are cycled along dim 0 (default: as given)")
-    bench.add_argument("--threads", type=int, default=2, help="intra-op threads for every row (default 2)")
-    bench.add_argument("--warmup", type=float, default=1.0, metavar="S", help="warm-up seconds (and >= 10 runs)")
-    bench.add_argument("--warmup-runs", type=int, default=10)
-    bench.add_argument("--min-time", type=float, default=3.0, metavar="S", help="measured seconds per row")
-    bench.add_argument("--min-runs", type=int, default=50)
-    bench.add_argument("--rounds", type=int, default=5, help="interleaved measurement rounds")
-    bench.add_argument("--json", metavar="OUT.json", help="write the result document (schema: benchmarks/SCHEMA.md)")
-    bench.add_argument("--plot", metavar="OUT.png", help="write a bar plot of median latency (p90 whiskers)")
-    bench.add_argument("--no-progress", action="store_true")
+    bench.add_argument("--threads", type=count(1), default=2, help="intra-op threads for every row (default 2)")
+    bench.add_argument("--warmup", type=number(0), default=1.0, metavar="S", help="warm-up seconds (and >= 10 runs)")
+    bench.add_argument("--warmup-runs", type=count(0), default=10)
+    bench.add_argument("--min-time", type=number(0), default=3.0, metavar="S", help="measured seconds per row")
+    bench.add_argument("--min-runs", type=count(1), default=50)
+    bench.add_argument("--rounds", type=count(1), default=5, help="interleaved measurement rounds")
+    bench.add_argument("--json", type=checks.output_file, metavar="OUT.json",
+                       help="write the result document (schema: benchmarks/SCHEMA.md)")
+    bench.add_argument("--plot", type=checks.output_file, metavar="OUT.png",
+                       help="write a bar plot of median latency (p90 whiskers)")
+    bench.add_argument("--no-progress", action="store_true", help="no progress lines")
     bench.set_defaults(func=_cmd_bench)
 
-    compare = sub.add_parser("compare", help="lower to targets and check their outputs against eager PyTorch")
-    compare.add_argument("model", help="file.py:factory or package.module:factory returning (model, inputs)")
+    compare = checks.add_command(sub, "compare", "lower to targets and check their outputs against eager PyTorch")
+    compare.add_argument("model", type=checks.model_spec, help=MODEL_HELP)
     compare.add_argument("--targets", required=True, help="comma-separated fxdeploy targets")
-    compare.add_argument("--atol", type=float, default=1e-4)
-    compare.add_argument("--rtol", type=float, default=1e-3)
-    compare.add_argument("--iou", type=float, default=0.99, help="IoU for 'same box' when matching detections")
-    compare.add_argument("--score-atol", type=float, default=1e-4, help="score tolerance for matched detections")
-    compare.add_argument("--threads", type=int, default=2)
-    compare.add_argument("--dynamic", action="append", default=[], metavar="INPUT:DIM[:NAME[:MIN:MAX]]")
+    compare.add_argument("--atol", type=number(0), default=1e-4)
+    compare.add_argument("--rtol", type=number(0), default=1e-3)
+    compare.add_argument("--iou", type=number(0, above=True, high=1), default=0.99,
+                         help="IoU for 'same box' when matching detections")
+    compare.add_argument("--score-atol", type=number(0), default=1e-4, help="score tolerance for matched detections")
+    compare.add_argument("--threads", type=count(1), default=2)
+    compare.add_argument("--dynamic", action="append", default=[], type=dynamic_item,
+                         metavar="INPUT:DIM[:NAME[:MIN:MAX]]")
     compare.add_argument("--batch", type=int, nargs="+", metavar="N",
                          help="compare at these batch sizes, the example's rows cycled along dim 0, each target "
                               "lowered once (without --dynamic, dim 0 of every input is one dynamic batch dim)")
+    compare.add_argument("--no-progress", action="store_true", help="no stage lines on the terminal")
     compare.set_defaults(func=_cmd_compare)
 
 
-def _targets(text: str, allow_all: bool) -> str | list[str]:
-    if allow_all and text == "all":
-        return "all"
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise ValueError(f"--targets {text!r}: give target names separated by commas")
-    return names
+def _check_batches(batches: list[int] | None) -> None:
+    for batch in batches or []:
+        if batch < 1:
+            raise UsageError(f"argument --batch: expected an integer >= 1, got {batch}")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from fxdeploy.bench import markdown, plot, run_benchmark
-    from fxdeploy.cli.model_spec import load_factory, load_substitutions
+    from fxdeploy.cli.model_spec import load_model, load_substitutions
 
-    model, inputs = load_factory(args.model)
-    targets = _targets(args.targets, allow_all=True)
+    targets: str | list[str] = "all" if args.targets == "all" else checks.target_names(args.targets)
+    _check_batches(args.batch)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"argument --plot: {args.plot} needs matplotlib; expected it installed (pip install "
+                         "fxdeploy[bench]) or no --plot")
+    model, inputs = load_model(args.model)
     batches: list[int | None] = list(args.batch) if args.batch else [None]
     for batch in batches:
         document = run_benchmark(
             model, inputs, targets=targets, peers=args.peers, inductor=args.inductor, batch=batch,
             threads=args.threads, warmup_s=args.warmup, warmup_runs=args.warmup_runs, min_time_s=args.min_time,
             min_runs=args.min_runs, rounds=args.rounds, model_name=args.model, model_spec=args.model,
-            progress=not args.no_progress, substitutions=load_substitutions(args.model),
+            progress=not args.no_progress and sys.stderr.isatty(), substitutions=load_substitutions(args.model),
         )
         print(markdown(document))
         print()
@@ -90,18 +104,22 @@ def run_compare(args: argparse.Namespace, transform: Mapping[str, Callable[[Any]
     """The compare command; ``transform`` lets tests perturb a target's outputs in-process."""
     import dataclasses
 
-    from fxdeploy.cli.model_spec import load_factory, load_substitutions
-    from fxdeploy.cli.shapes import parse_dynamic
+    from fxdeploy.cli.model_spec import load_model, load_substitutions
+    from fxdeploy.cli.shapes import check_dynamic, parse_dynamic
     from fxdeploy.parity.compare import compare
     from fxdeploy.parity.outputs import Tolerances
     from fxdeploy.settings import Settings
 
-    model, inputs = load_factory(args.model)
+    targets = checks.target_names(args.targets)
+    _check_batches(args.batch)
+    model, inputs = load_model(args.model)
+    dynamic = parse_dynamic(args.dynamic)
+    check_dynamic(dynamic, model, inputs)
     report = compare(
-        model, inputs, _targets(args.targets, allow_all=False),
+        model, inputs, targets,
         tolerances=Tolerances(args.atol, args.rtol, args.iou, args.score_atol),
         settings=dataclasses.replace(Settings(), threads=args.threads),
-        dynamic_shapes=parse_dynamic(args.dynamic), substitutions=load_substitutions(args.model),
+        dynamic_shapes=dynamic, substitutions=load_substitutions(args.model),
         transform=transform, batches=args.batch,
     )
     print(report)

@@ -1,4 +1,4 @@
-"""``fxdeploy``'s parser and its lower, run and check-env commands."""
+"""``fxdeploy``'s parser and its lower, run and check-env commands (the others: bench, triton)."""
 
 from __future__ import annotations
 
@@ -6,108 +6,91 @@ import argparse
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fxdeploy.cli import settings as settings_cli
+from fxdeploy.cli import checks, console
 from fxdeploy.cli.bench import add_parsers as add_bench_parsers
-from fxdeploy.cli.shapes import parse_dynamic, parse_shapes, random_inputs
+from fxdeploy.cli.checks import UsageError
+from fxdeploy.cli.lower import add_parser as add_lower_parser
+from fxdeploy.cli.shapes import random_inputs
 from fxdeploy.cli.triton import register as _register_triton
+from fxdeploy.errors import first_line
+
+DESCRIPTION = """Lower a PyTorch model to an artifact for a deployment runtime, run it, and compare or time it.
+
+Every argument is checked before any work starts; `fxdeploy COMMAND --help` lists a command's own."""
+
+
+WORK = frozenset({"lower", "compare", "bench", "run", "export-triton"})
+"""The commands that run the libraries, whose output goes to a debug log unless -v."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    try:
-        return int(args.func(args) or 0)
-    except Exception as exc:  # noqa: BLE001 - a CLI prints the error, not a traceback
-        from fxdeploy.errors import FxDeployError
+    if args.verbose or args.command not in WORK:
+        return _dispatch(args, None)
+    with console.quiet(args.command) as log:
+        code = _dispatch(args, log)
+    if not getattr(args, "keep_log", False):
+        log.unlink(missing_ok=True)
+    return code
 
-        if args.verbose or not isinstance(exc, (FxDeployError, ValueError, FileNotFoundError, TypeError, ImportError)):
+
+def _dispatch(args: argparse.Namespace, log: Path | None) -> int:
+    """Run the command; an error is printed in one line (and where the debug log is), never raised
+    (but with -v, where the traceback is what was asked for)."""
+    from fxdeploy.errors import FxDeployError
+
+    try:
+        with console.progress(not getattr(args, "no_progress", True)):
+            return int(args.func(args) or 0)
+    except UsageError as exc:  # a bad command line, found before any work
+        return checks.fail(f"fxdeploy {args.command}", str(exc))
+    except Exception as exc:  # noqa: BLE001 - a CLI prints the error, not a traceback
+        expected = isinstance(exc, (FxDeployError, ValueError, FileNotFoundError, TypeError, ImportError))
+        if args.verbose or (log is None and not expected):
             raise
-        print(f"fxdeploy: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"fxdeploy: error: {exc}" if expected else f"fxdeploy: unexpected error: {first_line(exc)}",
+              file=sys.stderr)
+        if log is not None:
+            if not expected:
+                with log.open("a", encoding="utf-8") as handle:
+                    traceback.print_exception(exc, file=handle)
+            args.keep_log = True
+            print(f"fxdeploy: what torch and the runtimes printed{'' if expected else ', and the traceback'}: {log} "
+                  "(or run with -v)", file=sys.stderr)
+        return 2 if expected else 1
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fxdeploy", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = checks.Parser(prog="fxdeploy", description=DESCRIPTION)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the libraries' own output (torch, pnnx, ncnn) and tracebacks")
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
-    lower = sub.add_parser("lower", help="capture, pass and lower a model into an artifact directory")
-    lower.add_argument("model", help="file.py:factory or package.module:factory returning (model, inputs)")
-    lower.add_argument("--target", default="onnxruntime")
-    lower.add_argument("--out", type=Path, help="artifact directory to write (atomically)")
-    lower.add_argument(
-        "--dynamic", action="append", default=[], metavar="INPUT:DIM[:NAME[:MIN:MAX]]",
-        help="mark a dim dynamic, e.g. x:0:batch:1:32 (repeatable)",
-    )
-    lower.add_argument(
-        "--shape", action="append", default=[], metavar="INPUT:DIMS",
-        help="input shape with ranges, e.g. x:1..8x3x224..640x224..640, or named and with an opt "
-        "value, x:batch=1..4..8x3x224x224 (repeatable)",
-    )
-    lower.add_argument("--report", type=Path, help="write a markdown lowering report here")
-    settings_cli.add_arguments(lower)
-    lower.set_defaults(func=_cmd_lower)
+    add_lower_parser(sub)  # lower
 
-    run = sub.add_parser("run", help="run an artifact on random (or given .npz) inputs and time it")
-    run.add_argument("artifact")
-    run.add_argument("--inputs", help=".npz file with one array per input name")
-    run.add_argument("--runs", type=int, default=20)
+    run = checks.add_command(sub, "run", "run an artifact on random (or given .npz) inputs and time it")
+    run.add_argument("artifact", type=checks.artifact_dir, help="artifact directory (from fxdeploy lower)")
+    run.add_argument("--inputs", type=checks.existing_file, help=".npz file with one array per input name")
+    run.add_argument("--runs", type=checks.int_at_least(1), default=20)
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(func=_cmd_run)
 
-    env = sub.add_parser("check-env", help="list targets: available, version, and what to install")
+    env = checks.add_command(sub, "check-env", "list targets: available, version, and what to install")
     env.add_argument("--json", action="store_true")
     env.set_defaults(func=_cmd_check_env)
     _register_triton(sub)  # export-triton
 
     add_bench_parsers(sub)  # bench, compare
     return parser
-
-
-def _cmd_lower(args: argparse.Namespace) -> int:
-    import time
-
-    import fxdeploy
-    from fxdeploy.cli.model_spec import load_factory, load_substitutions
-
-    settings = settings_cli.resolve(args)
-    if args.print_settings:
-        print(settings_cli.render(settings), end="")
-        return 0
-    if args.out is None:
-        raise ValueError("lower needs --out DIR (or --print-settings)")
-    model, inputs = load_factory(args.model)
-    dynamic = parse_dynamic(args.dynamic)
-    if args.shape:
-        if dynamic:
-            raise ValueError("use either --dynamic or --shape, not both")
-        dynamic = parse_shapes(args.shape, model, inputs)
-    start = time.perf_counter()
-    deployed = fxdeploy.lower(
-        model, inputs, target=args.target, dynamic_shapes=dynamic, settings=settings,
-        substitutions=load_substitutions(args.model),
-    )
-    elapsed = time.perf_counter() - start
-    path = deployed.save(args.out)
-    print(f"lowered {type(model).__name__} to {deployed.target} in {elapsed:.2f} s -> {path}")
-    print(f"  {deployed!r}")
-    checks = deployed.manifest["info"].get("shape_checks", [])
-    if checks:
-        worst = max((c["max_abs_error"] for c in checks if c["max_abs_error"] is not None), default=0.0)
-        print(f"  checked against eager at {', '.join(c['label'] for c in checks)}: max abs error {worst:.3g}")
-    if args.report:
-        from fxdeploy.cli.report import render_report
-
-        args.report.write_text(render_report(deployed, lower_seconds=elapsed), encoding="utf-8")
-        print(f"  report -> {args.report}")
-    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from fxdeploy.cli.checks import UsageError
+
 SUBSTITUTIONS_ATTRIBUTE = "FXDEPLOY_SUBSTITUTIONS"
 """A module-level dict in the model's file that the CLI passes to ``lower(substitutions=...)``."""
 
@@ -29,6 +31,15 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
         raise TypeError(f"factory {spec} must return (model, example_inputs), got {type(result).__name__}")
     model, inputs = result
     return model, inputs if isinstance(inputs, tuple) else (inputs,)
+
+
+def load_model(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    """``load_factory`` for a command: a spec that does not give a model is a bad argument, said
+    in one line before any lowering."""
+    try:
+        return load_factory(spec)
+    except (ValueError, TypeError, ImportError, OSError) as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def load_substitutions(spec: str) -> dict[Any, Any] | None:

@@ -7,6 +7,37 @@ from typing import Any
 from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.deployed import Deployed
 from fxdeploy.partition import Engine, Host, Plan, Stage
+from fxdeploy.settings import Settings
+from fxdeploy.stages import StageEvent
+from fxdeploy.version import __version__
+
+
+def render_failure(
+    model_spec: str, target: str, settings: Settings, events: list[StageEvent], error: BaseException, seconds: float,
+) -> str:
+    """The report of a lowering that failed: each stage it ran up to the failing one, and the error,
+    which is when a report is wanted most."""
+    from fxdeploy.cli.settings import render
+
+    lines = [f"# fxdeploy lowering report: {target} (failed)", "", f"- model: `{model_spec}`",
+             f"- fxdeploy {__version__}", f"- failed after {seconds:.2f} s", "", "## Stages", ""]
+    ended = [e for e in events if e.status != "start"]
+    running = [e for e in events if e.status == "start" and not any(
+        (d.target, d.name) == (e.target, e.name) for d in ended)]
+    if ended or running:
+        lines += ["| stage | target | result | seconds |", "|---|---|---|---|"]
+        lines += [f"| {e.name} | {e.target} | {'ok' if e.status == 'done' else 'FAILED'} | {e.seconds:.2f} |"
+                  for e in ended]
+        lines += [f"| {e.name} | {e.target} | FAILED (no end announced) | |" for e in running]
+    else:
+        lines.append("None: it failed before the capture started.")
+    failed = next((e for e in ended if e.status == "failed"), None)
+    lines += ["", "## Error", ""]
+    if failed is not None:
+        lines += [f"In stage **{failed.name}**" + (f" of target `{failed.target}`" if failed.target else "") + ":", ""]
+    lines += ["```text", f"{type(error).__name__}: {str(error).strip()}", "```", "", "## Settings", "", "```toml",
+              render(settings).rstrip(), "```", ""]
+    return "\n".join(lines)
 
 
 def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> str:

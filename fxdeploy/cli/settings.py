@@ -22,6 +22,8 @@ from typing import Any, Literal
 import tomllib
 
 from fxdeploy import settings as settings_mod
+from fxdeploy.cli.checks import UsageError, existing_file
+from fxdeploy.errors import RegistryError
 from fxdeploy.settings import Settings
 
 
@@ -67,7 +69,7 @@ def leaf_fields() -> list[tuple[tuple[str, ...], Any, Any, str]]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("settings (flags override --config, which overrides --preset)")
     group.add_argument("--preset", default="default", choices=sorted(settings_mod.PRESETS))
-    group.add_argument("--config", type=Path, help="TOML file with the same keys as fxdeploy.Settings")
+    group.add_argument("--config", type=existing_file, help="TOML file with the same keys as fxdeploy.Settings")
     group.add_argument("--print-settings", action="store_true", help="print the resolved settings and exit")
     for path, hint, default, doc in leaf_fields():
         flag = "--" + "-".join(path).replace("_", "-")
@@ -85,17 +87,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> Settings:
+    """Preset, then ``--config``, then each flag; a value Settings refuses is a UsageError naming its flag."""
     settings = settings_mod.preset(args.preset)
     if args.config is not None:
-        settings = settings_mod.merge(settings, load_config(args.config), where=str(args.config))
+        try:
+            settings = settings_mod.merge(settings, load_config(args.config), where=str(args.config))
+        except (ValueError, TypeError, RegistryError) as exc:
+            raise UsageError(f"argument --config: {exc}") from exc
     overrides: dict[str, Any] = {}
     for key, value in vars(args).items():
         if key.startswith("setting:"):
-            *tables, name = key.removeprefix("setting:").split(".")
+            path = key.removeprefix("setting:").split(".")
+            one: dict[str, Any] = {path[-1]: value}
+            for table in reversed(path[:-1]):
+                one = {table: one}
+            try:
+                settings_mod.merge(settings, one, where="command line")
+            except (ValueError, TypeError) as exc:
+                raise UsageError(f"argument --{'-'.join(path).replace('_', '-')}: {value!r}: {exc}") from exc
             node = overrides
-            for table in tables:
+            for table in path[:-1]:
                 node = node.setdefault(table, {})
-            node[name] = value
+            node[path[-1]] = value
     return settings_mod.merge(settings, overrides, where="command line") if overrides else settings
 
 

@@ -11,8 +11,8 @@ import torch
 
 from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.artifact.manifest import Manifest
+from fxdeploy.artifact.ncnn_net import SPIN_MS, load_net
 from fxdeploy.artifact.ncnn_net import configure as configure_options
-from fxdeploy.artifact.ncnn_net import load_net
 from fxdeploy.errors import ArtifactError
 from fxdeploy.partition import Engine, Host, Plan, Source
 from fxdeploy.runtime.executor import Executor
@@ -43,6 +43,8 @@ class NcnnExecutor(Executor):
             raise ArtifactError(f"{directory}: {exc}") from None
         self.nets: list[Any] = []
         """One ncnn Net per engine stage, in order."""
+        self._spin_ms = 0 if any(isinstance(stage.work, Host) for stage in self.plan.stages) else SPIN_MS
+        """No spinning after a layer where host stages run between engine stages (ncnn_net.configure)."""
         self.stages: list[tuple[Run, tuple[Source, ...]]] = []
         for stage in self.plan.stages:
             work = stage.work
@@ -56,7 +58,7 @@ class NcnnExecutor(Executor):
 
     def _engine(self, directory: Path, engine: Engine, settings: Settings) -> Run:
         net = load_net(directory / engine.param, directory / engine.bin, threads=settings.threads,
-                       fp16=_fp16(settings), error=ArtifactError)
+                       fp16=_fp16(settings), error=ArtifactError, spin_ms=self._spin_ms)
         self.nets.append(net)
         copied = _overwritten(net, engine.blobs)
         blobs = [(blob, blob in copied) for blob in engine.blobs]

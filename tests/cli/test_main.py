@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from fxdeploy.cli.main import _parser, main
 from tests.helpers import ROOT
 
 
@@ -49,3 +54,22 @@ def test_check_env_lists_onnxruntime() -> None:
     assert ran.returncode == 0, ran.stderr
     rows = json.loads(ran.stdout)
     assert rows["onnxruntime"]["available"] is True and rows["onnxruntime"]["version"]
+
+
+def test_help_lists_every_command_with_a_sentence(capsys: pytest.CaptureFixture[str]) -> None:
+    """``fxdeploy --help`` names each command the parser has, each with its sentence; each command's
+    own ``--help`` opens with that sentence."""
+    action = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help for choice in action._choices_actions}
+    assert sorted(helps) == ["bench", "check-env", "compare", "export-triton", "lower", "run"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name, sentence in helps.items():
+        assert len(sentence.split()) >= 5, (name, sentence)
+        assert re.search(rf"\b{re.escape(name)} {re.escape(sentence)}", text), (name, text)
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        own = " ".join(capsys.readouterr().out.split())
+        assert sentence[:1].upper() + sentence[1:] + "." in own, (name, own)

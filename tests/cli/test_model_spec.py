@@ -70,5 +70,5 @@ def test_a_model_file_inside_a_package_fails_with_the_cause_and_what_to_do(tmp_p
         ran = subprocess.run([sys.executable, "-m", "fxdeploy.cli", "lower", spec, "--out", str(tmp_path / "art")],
                              capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert ran.returncode == 2, ran.stderr
-        assert ran.stderr.startswith("fxdeploy: error: model spec") and "Traceback" not in ran.stderr, ran.stderr
+        assert ran.stderr.startswith("fxdeploy lower: error: model spec") and "Traceback" not in ran.stderr, ran.stderr
         assert all(word in ran.stderr for word in words), ran.stderr

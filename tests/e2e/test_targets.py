@@ -190,6 +190,7 @@ def test_ncnn_runs_in_fp32_with_the_configured_threads(lowered) -> None:
     flags = (opt.use_fp16_storage, opt.use_fp16_arithmetic, opt.use_fp16_packed, opt.use_bf16_storage)
     assert not any(flags)
     assert opt.num_threads == fxdeploy.Settings().threads
+    assert opt.openmp_blocktime == 20  # no host stages: ncnn's own default spin between layers
 
 
 class CumProd(nn.Module):

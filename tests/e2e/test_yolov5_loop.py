@@ -43,6 +43,8 @@ def test_yolov5_loop_matches_eager(target: str) -> None:
     deployed = fxdeploy.lower(model, (x,), target=target, dynamic_shapes={"images": {0: ("batch", 1, 8)}})
     assert deployed.manifest["per_image"]["dim"] == "batch"
     assert deployed.manifest["info"]["substitutions"] == []
+    if target == "ncnn":  # host stages run between the engine stages: ncnn's threads must not spin there
+        assert [net.opt.openmp_blocktime for net in deployed.executor.nets] == [0] * len(deployed.executor.nets)
     for batch in (1, 3):
         images = _images(batch)
         with torch.no_grad():

@@ -1,13 +1,13 @@
 """Property tests: the reference against an independent oracle, and the runtimes against it.
 
-- The oracle below is a plain Python loop over boxes written from NMS_SPEC.md, in float32 scalar
+- The oracle below is a plain Python loop over boxes written from docs/nms-spec.md, in float32 scalar
   arithmetic. The spec fixes every tie rule, so reference and oracle must agree *exactly*, ties
   included.
 - ONNX Runtime runs the lowered ONNX: detection-aware agreement and equal num_dets on every input
   (ties, NaN, degenerate and flipped boxes); and since its NonMaxSuppression breaks ties as the
   spec does, element-wise equality too.
 - OpenVINO runs the same ONNX: detection-aware agreement on tie-free inputs. (Its TopK orders
-  equal scores differently and its NMS suppresses at IoU == threshold, as NMS_SPEC.md allows
+  equal scores differently and its NMS suppresses at IoU == threshold, as docs/nms-spec.md allows
   runtimes to differ on ties; see tests/lowering/test_onnx_multiclass_nms.py.)
 """
 
@@ -131,7 +131,7 @@ def _iou_exceeds(a: np.ndarray, b: np.ndarray, threshold: float) -> bool:
 
 
 def oracle(boxes: np.ndarray, scores: np.ndarray, **kw: Any) -> tuple[torch.Tensor, ...]:
-    """multiclass_nms, one box at a time, straight from NMS_SPEC.md."""
+    """multiclass_nms, one box at a time, straight from docs/nms-spec.md."""
     batch, num_boxes, num_classes = scores.shape
     keep_top_k, background = kw["keep_top_k"], kw.get("background_label_id", -1)
     out = (np.zeros((batch, keep_top_k, 4), F32), np.zeros((batch, keep_top_k), F32))

@@ -1,4 +1,4 @@
-"""The reference kernels, rule by rule of NMS_SPEC.md, on hand-made inputs with known answers."""
+"""The reference kernels, rule by rule of docs/nms-spec.md, on hand-made inputs with known answers."""
 
 from __future__ import annotations
 

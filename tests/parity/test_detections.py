@@ -13,7 +13,7 @@ LABELS = torch.tensor([1, 2, 1])
 
 
 def padded(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, k: int = 5) -> tuple[torch.Tensor, ...]:
-    """One image in the multiclass_nms layout, padded the NMS_SPEC.md way (0 boxes, score 0, label -1)."""
+    """One image in the multiclass_nms layout, padded the docs/nms-spec.md way (0 boxes, score 0, label -1)."""
     n = len(scores)
     out_boxes, out_scores = torch.zeros(1, k, 4), torch.zeros(1, k)
     out_labels = torch.full((1, k), -1, dtype=torch.long)

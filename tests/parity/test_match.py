@@ -89,7 +89,7 @@ def test_every_problem_names_the_image_the_row_and_the_field() -> None:
 
 
 def test_a_nan_score_never_passes() -> None:
-    """NMS never keeps a NaN score (NMS_SPEC.md), so a NaN where eager has a number is a failure."""
+    """NMS never keeps a NaN score (docs/nms-spec.md), so a NaN where eager has a number is a failure."""
     ref = Detections(torch.tensor([[0.0, 0.0, 1.0, 1.0]]), torch.tensor([0.9]), torch.tensor([0]))
     got = Detections(ref.boxes, torch.tensor([float("nan")]), ref.labels)
     assert not match_image(0, ref, got).ok

@@ -38,7 +38,7 @@ def assert_same_order(
     want: dict[str, torch.Tensor], got: dict[str, torch.Tensor], tolerance: float, image: int
 ) -> None:
     """Row k of the deployed result is eager's row k, unless eager's score there ties another
-    row's within ``tolerance`` (runtimes may then order them either way; NMS_SPEC.md)."""
+    row's within ``tolerance`` (runtimes may then order them either way; docs/nms-spec.md)."""
     scores = want["scores"]
     scale = max(1.0, float(want["boxes"].abs().max())) if len(scores) else 1.0
     for k in range(len(scores)):
