@@ -17,7 +17,7 @@ export TOKENIZERS_PARALLELISM := false
 export YOLO_OFFLINE := 1
 export YOLO_CONFIG_DIR := $(CURDIR)/.ultralytics
 
-.PHONY: venv det-venv demo test test-core test-detectors zoo bench lint clean
+.PHONY: venv det-venv demo test test-full test-core test-detectors zoo bench lint clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -41,18 +41,28 @@ det-venv: $(DET_STAMP)
 demo: venv
 	$(PY) examples/demo.py
 
-# The two legs run side by side (each mostly one core), each leg's output kept together.
+# The two legs run side by side, each with two workers (4 processes on 2 cores: whichever leg ends
+# first leaves both cores to the other), each module on one worker (--dist loadscope: a module's
+# lowered artifacts and eager references are made once), each leg's output kept together.
+# OMP_WAIT_POLICY=PASSIVE: OpenMP threads of four processes sharing two cores sleep rather than spin.
+# make test runs each matrix's chosen cases (every model and every target; a module's
+# `in_make_test`); make test-full runs every case.
+TEST_MARK ?= and not full
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-core test-detectors
 
+test-full:
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-core test-detectors TEST_MARK=
+
 # The core suite on torch 2.13.0 (no torchvision there: the detector suites run in the other leg).
 test-core: venv
-	$(PY) -m pytest -q --durations=15 -m "(not zoo or zoo_fast) and not detectors"
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q -n 2 --dist loadscope --durations=30 \
+		-m "(not zoo or zoo_fast) and not detectors $(TEST_MARK)"
 
 # The detector suites on real torchvision and Ultralytics; a missing library fails, never skips.
-# Two workers: lowering a detector is mostly one core of Python, and the core leg ends first.
 test-detectors: det-venv
-	FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q -n 2 --durations=0 -m detectors tests/detectors
+	OMP_WAIT_POLICY=PASSIVE FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q -n 2 --dist loadscope \
+		--durations=0 -m "detectors $(TEST_MARK)" tests/detectors
 
 zoo: venv
 	$(PY) -m pytest -q -m zoo

@@ -3,15 +3,16 @@
 The per-image YOLOv5-style detector (``examples/yolov5_loop.py``) lowered to ncnn runs engine
 stages on ncnn and its NMS as host stages (TorchScript) in between. ncnn's OpenMP threads that spin
 after a layer then compete with the host's torch ops, and with one other CPU-bound process the
-call can take 100x longer. fxdeploy sets ``openmp_blocktime`` 0 on such nets
-(``fxdeploy/artifact/ncnn_net.py``); ncnn applies it only where it is built with LLVM's OpenMP.
+call can take 100x longer. fxdeploy imports ncnn with a short ``GOMP_SPINCOUNT`` for ncnn's own
+libgomp (``fxdeploy/artifact/ncnn_net.py``, ``import_ncnn``). A plain convolutional net on ncnn
+(no host stage) shows what the short spin costs where nothing else runs.
 
-Each variant runs in its own interpreter, on the same saved artifact, alternating rounds without
+Each variant runs in its own interpreter, on the same saved artifacts, alternating rounds without
 and with one competing process (a Python busy loop), so both figures share the machine's drift:
-- ``fxdeploy``: the artifact as fxdeploy loads it;
-- ``blocktime 20``: ncnn's default spin put back on the same nets;
-- ``OMP_WAIT_POLICY=PASSIVE``: the environment variable libgomp (the Linux wheels' OpenMP) reads
-  when ncnn is imported, set for that interpreter only.
+- ``fxdeploy``: the artifacts as fxdeploy loads them;
+- ``libgomp's default spin``: ``GOMP_SPINCOUNT=300000`` (libgomp's default) set by the user, which
+  fxdeploy leaves as it is;
+- ``OMP_WAIT_POLICY=PASSIVE``: threads that never spin.
 
 Run: ``.venv/bin/python benchmarks/ncnn_contention.py [--rounds 5] [--calls 20]``.
 """
@@ -19,6 +20,7 @@ Run: ``.venv/bin/python benchmarks/ncnn_contention.py [--rounds 5] [--calls 20]`
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -30,11 +32,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-VARIANTS = {"fxdeploy": {}, "blocktime 20": {"blocktime": 20}, "OMP_WAIT_POLICY=PASSIVE": {"env": "PASSIVE"}}
+VARIANTS = {
+    "fxdeploy": {},
+    "libgomp's default spin": {"GOMP_SPINCOUNT": "300000"},
+    "OMP_WAIT_POLICY=PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
+}
 BUSY = "while True: pass"
 
 
-def child(artifact: str, blocktime: int | None, rounds: int, calls: int) -> dict[str, list[float]]:
+def child(artifact: str, size: int, rounds: int, calls: int) -> dict[str, list[float]]:
     """Median ms of ``calls`` calls per round, idle and with one competitor, alternating."""
     import torch
 
@@ -42,9 +48,7 @@ def child(artifact: str, blocktime: int | None, rounds: int, calls: int) -> dict
 
     torch.set_num_threads(2)
     deployed = fxdeploy.load(artifact)
-    for net in deployed.executor.nets if blocktime is not None else []:
-        net.opt.openmp_blocktime = blocktime
-    x = torch.rand(1, 3, 128, 128)
+    x = torch.rand(1, 3, size, size)
     for _ in range(5):
         deployed(x)
     figures: dict[str, list[float]] = {"idle": [], "one competitor": []}
@@ -68,30 +72,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--child", nargs=2, metavar=("ARTIFACT", "BLOCKTIME"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, metavar=("ARTIFACT", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        blocktime = None if args.child[1] == "-" else int(args.child[1])
-        print(json.dumps(child(args.child[0], blocktime, args.rounds, args.calls)))
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.rounds, args.calls)))
         return
     import fxdeploy
+    from examples.models import convnet
     from examples.yolov5_loop import yolov5_loop
 
-    model, (x,) = yolov5_loop()
+    models = {"YOLOv5-style loop (host stages)": yolov5_loop(), "ConvNet (engine only)": convnet()}
     with tempfile.TemporaryDirectory() as work:
-        artifact = fxdeploy.lower(model, (x,), target="ncnn", dynamic_shapes={"images": {0: ("batch", 1, 8)}})
-        path = str(artifact.save(Path(work) / "yolo-ncnn"))
-        print("| variant | idle ms | with one competing process ms | ratio |\n|---|---:|---:|---:|")
-        for name, variant in VARIANTS.items():
-            env = dict(os.environ, PYTHONPATH=str(ROOT))
-            if "env" in variant:
-                env["OMP_WAIT_POLICY"] = str(variant["env"])
-            command = [sys.executable, __file__, "--rounds", str(args.rounds), "--calls", str(args.calls),
-                       "--child", path, str(variant.get("blocktime", "-"))]
-            out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
-            figures = json.loads(out.strip().splitlines()[-1])
-            idle, busy = statistics.median(figures["idle"]), statistics.median(figures["one competitor"])
-            print(f"| {name} | {idle:.2f} | {busy:.2f} | {busy / idle:.1f}x |", flush=True)
+        print("| model | variant | idle ms | with one competing process ms | ratio |\n|---|---|---:|---:|---:|")
+        for label, (model, inputs) in models.items():
+            arg = next(iter(inspect.signature(model.forward).parameters))
+            artifact = fxdeploy.lower(model, inputs, target="ncnn", dynamic_shapes={arg: {0: ("batch", 1, 8)}})
+            path, size = str(artifact.save(Path(work) / label.split()[0])), str(inputs[0].shape[-1])
+            for name, env in VARIANTS.items():
+                clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+                command = [sys.executable, __file__, "--rounds", str(args.rounds), "--calls", str(args.calls),
+                           "--child", path, size]
+                out = subprocess.run(command, env={**clean, **env, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                                     text=True, check=True).stdout
+                figures = json.loads(out.strip().splitlines()[-1])
+                idle, busy = statistics.median(figures["idle"]), statistics.median(figures["one competitor"])
+                print(f"| {label} | {name} | {idle:.2f} | {busy:.2f} | {busy / idle:.1f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from fxdeploy.deployed import Deployed
 from fxdeploy.errors import InferenceError, LoweringError, first_line
 from fxdeploy.parity import rows, verify
 from fxdeploy.settings import Settings
+from fxdeploy.stages import stage
 
 
 def check_artifact(
@@ -28,8 +29,9 @@ def check_artifact(
     example_want = None
     if captured.substitutions and settings.precision == "fp32":  # the references below run them too
         example = captured.batch_inputs if captured.per_image is not None else captured.example_inputs
-        excused = verify.against_original(deployed, model, example, captured.in_spec, captured.substitutions,
-                                          settings.atol)
+        with stage("check against the model without substitutions", deployed.target):
+            excused = verify.against_original(deployed, model, example, captured.in_spec, captured.substitutions,
+                                              settings.atol)
         deployed.manifest["info"]["original_check"] = {"shapes": [list(x.shape) for x in example], "excused": excused}
     if captured.per_image is not None:
         return _verify_per_image(deployed, captured, model, subs, settings, leaves)
@@ -114,13 +116,15 @@ def _verify_per_image(
     checks = []
     for label, sizes in _per_image_sizes(batch):
         inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
-        with torch.no_grad():
-            images = [eager_fn([x[i : i + 1] for x in inputs]) for i in range(inputs[0].shape[0])]
-        want = structure.join_images(images, info["join"])
-        # per-image leaves repeat once per image in a list over the images
-        tiled = rows.specs(visible, inputs[0].shape[0]) if info["join"]["kind"] == "concat" else None
-        got = deployed.call_flat(inputs, unpack=False)
-        checked = verify.compare(label, inputs, got, want, settings.atol, deployed.target, tiled, settings.precision)
+        with stage(f"check at {label} {[list(x.shape) for x in inputs]}", deployed.target):
+            with torch.no_grad():
+                images = [eager_fn([x[i : i + 1] for x in inputs]) for i in range(inputs[0].shape[0])]
+            want = structure.join_images(images, info["join"])
+            # per-image leaves repeat once per image in a list over the images
+            tiled = rows.specs(visible, inputs[0].shape[0]) if info["join"]["kind"] == "concat" else None
+            got = deployed.call_flat(inputs, unpack=False)
+            checked = verify.compare(label, inputs, got, want, settings.atol, deployed.target, tiled,
+                                     settings.precision)
         checks.append(verify.entry(label, inputs, checked))
     return checks
 

@@ -24,6 +24,7 @@ from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import LoweringError
 from fxdeploy.parity.compare_rows import compare_rows
 from fxdeploy.parity.rows import RowsSpec
+from fxdeploy.stages import stage
 
 MAX_CHECKED = 4096
 """An unbounded (or huge) max is checked at min(max, 2 * opt) instead; the manifest says so."""
@@ -206,12 +207,13 @@ def run_checks(
             warnings.warn(guard_mod.warning(label, input_shapes, broken), DimWarning, stacklevel=3)
             results.append({"label": label, "shapes": input_shapes, "max_abs_error": None, "skipped": broken})
             continue
-        if label == "example" and example_want is not None:
-            want = example_want
-        else:
-            with torch.no_grad():
-                want = eager_fn(inputs)
-        checked = compare(label, inputs, deployed_fn(inputs), want, atol, target, detections, precision)
+        with stage(f"check at {label} {input_shapes}", target):
+            if label == "example" and example_want is not None:
+                want = example_want
+            else:
+                with torch.no_grad():
+                    want = eager_fn(inputs)
+            checked = compare(label, inputs, deployed_fn(inputs), want, atol, target, detections, precision)
         results.append(entry(label, inputs, checked))
     return results
 

@@ -75,6 +75,7 @@ def test_a_detector_through_every_command_prints_only_fxdeploy(tmp_path: Path) -
     assert "lowered TinyYolo to onnxruntime" in out
     for name in STAGES:  # each stage drawn, finished, with its elapsed time
         assert re.search(rf"✓.*onnxruntime: {name} +\S*\d:\d\d", terminal), (name, terminal)
+    assert re.search(r"✓.*onnxruntime: check at example \[\[\d+, 3, \d+, \d+\]\] +\S*\d:\d\d", terminal), terminal
     assert _noise(out + terminal) == []
 
     commands = [

@@ -28,6 +28,12 @@ MODELS = ["retinanet", "fcos", "ssd300", "fasterrcnn"]
 SCORE_TOLERANCE = {"ncnn": 1e-3, "fasterrcnn": 1e-3}
 """Paired scores' tolerance (1e-4 elsewhere): Faster R-CNN's softmax over a second stage moves
 scores by up to 3e-4 between runtimes."""
+def in_make_test(test: str, params: dict) -> bool:
+    """``make test``: RetinaNet (the README's example) on every target, the others on ONNX Runtime;
+    ``make test-full``: every model on every target."""
+    return params.get("target", "onnxruntime") == "onnxruntime" or params.get("detector") == "retinanet"
+
+
 @pytest.fixture(scope="module", params=MODELS)
 def detector(request: pytest.FixtureRequest) -> torch.nn.Module:
     require("torchvision")

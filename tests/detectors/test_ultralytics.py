@@ -24,6 +24,14 @@ MAX_DET = 1000
 SCORE_TOLERANCE = {"ncnn": 1e-3}
 
 
+def in_make_test(test: str, params: dict) -> bool:
+    """``make test``: YOLO11n (the README's example) in every test and on every target, YOLOv8n's
+    inputs and its ONNX Runtime artifact; ``make test-full``: both everywhere."""
+    if params.get("yolo") == "yolo11n.yaml" or test == "test_inputs_make_parity_meaningful":
+        return True
+    return test == "test_yolo_with_ultralytics_nms_without_substitution" and params.get("target") == "onnxruntime"
+
+
 @pytest.fixture(scope="module", params=CONFIGS)
 def yolo(request: pytest.FixtureRequest) -> torch.nn.Module:
     require("ultralytics")

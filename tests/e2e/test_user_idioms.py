@@ -37,6 +37,15 @@ equal keys in any order; either is right (docs/checking.md, the tie rule). Cente
 no NMS: their ties must agree exactly."""
 
 
+def in_make_test(test: str, params: dict) -> bool:
+    """``make test``: every model on ONNX Runtime, and each model on one more target in turn
+    (OpenVINO, TorchScript, ncnn); ``make test-full``: every model on every target."""
+    if "lowered" not in params:
+        return True
+    name, target = params["lowered"]
+    return target == "onnxruntime" or TARGETS[1 + list(idioms.FACTORIES).index(name) % 3] == target
+
+
 def detections(output: list) -> list[Detections]:
     """Each image's detections, whatever the model returns: YOLO's [n, 6] rows (x1, y1, x2, y2, score,
     label), OBB's [n, 7] rows (x, y, w, h, score, label, angle: paired on the axis-aligned box, the
