@@ -5,6 +5,7 @@ blobs in0.., out0.. as the plan expects.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import tempfile
@@ -18,6 +19,8 @@ from fxdeploy.artifact.dims import finite_or
 from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.artifact.ncnn_net import import_ncnn
 from fxdeploy.errors import LoweringError
+
+logger = logging.getLogger(__name__)
 
 PARAM, BIN = "model.ncnn.param", "model.ncnn.bin"
 
@@ -67,6 +70,9 @@ def convert(
             f"fp16={int(fp16)}", f"ncnnparam={work / PARAM}", f"ncnnbin={work / BIN}",
         ]
         result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600)
+        if result.returncode < 0:  # killed by a signal: pnnx has crashed (SIGSEGV) once in a few hundred runs
+            logger.info("pnnx died of signal %d; running it once more", -result.returncode)
+            result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600)
         if result.returncode != 0 or not (work / PARAM).is_file() or not (work / BIN).is_file():
             log = (result.stdout + result.stderr).strip().splitlines()[-15:]
             custom = _non_aten_ops(traced)
