@@ -42,7 +42,26 @@ def box_iou(a: torch.Tensor, b: torch.Tensor, corner_rtol: float = CORNER_RTOL) 
     iou = torch.where(union > 0, inter / union.clamp_min(1e-300), torch.zeros_like(union))
     scale = torch.maximum(a.abs().amax(-1)[:, None], b.abs().amax(-1)[None, :]).clamp_min(1.0)
     same = (a[:, None, :] - b[None, :, :]).abs().amax(-1) <= corner_rtol * scale
-    return torch.where(same, torch.ones_like(iou), iou)
+    iou = torch.where(same, torch.ones_like(iou), iou)
+    return torch.maximum(iou, _flat_iou(a, b, corner_rtol * scale))
+
+
+def _flat_iou(a: torch.Tensor, b: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
+    """Of two boxes with no height (or no width) at the same y (x), within ``tol``: the IoU of
+    their spans along the other axis. Area IoU is 0 there for any float difference (FCOS decodes
+    a box whose top and bottom meet), though the two are the same segment to the eye."""
+    out = torch.zeros(len(a), len(b), dtype=a.dtype)
+    for flat, along in ((1, 0), (0, 1)):  # (the axis with no extent, the axis compared)
+        thin_a = (a[:, flat + 2] - a[:, flat]) <= 0
+        thin_b = (b[:, flat + 2] - b[:, flat]) <= 0
+        level = (a[:, None, flat] - b[None, :, flat]).abs() <= tol
+        low = torch.maximum(a[:, None, along], b[None, :, along])
+        high = torch.minimum(a[:, None, along + 2], b[None, :, along + 2])
+        inter = (high - low).clamp_min(0)
+        union = (a[:, along + 2] - a[:, along])[:, None] + (b[:, along + 2] - b[:, along])[None, :] - inter
+        spans = torch.where(union > 0, inter / union.clamp_min(1e-300), torch.zeros_like(union))
+        out = torch.maximum(out, torch.where(thin_a[:, None] & thin_b[None, :] & level, spans, torch.zeros_like(spans)))
+    return out
 
 
 def normalize(boxes: torch.Tensor) -> torch.Tensor:

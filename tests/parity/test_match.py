@@ -69,8 +69,18 @@ def test_degenerate_and_thin_boxes_match_when_their_corners_agree() -> None:
     thin = [194.2793, 273.3397, 200.3851, 273.4810]
     moved = [194.2782, 273.3407, 200.3841, 273.4820]
     assert plain_iou(thin, moved) < 0.99 and same_box(thin, moved, 0.99)
-    assert not same_box(line, [0.0, 175.0, 0.0, 294.87982], 0.99)
+    assert not same_box(line, [0.0, 180.0, 0.0, 294.87982], 0.99)  # its span's IoU: 0.95
     assert not same_box(thin, [194.2793, 273.3397, 200.3851, 273.6], 0.99)
+
+
+def test_flat_boxes_at_the_same_level_pair_by_the_iou_of_their_spans() -> None:
+    """FCOS decodes boxes whose top and bottom meet; two runtimes put their ends 0.01 px apart. At
+    the same y they pair by their x spans' IoU; a segment one pixel lower, or a span cut by a
+    tenth, does not."""
+    flat = [68.33, 96.0, 100.48, 96.0]
+    assert plain_iou(flat, [68.34, 96.0, 100.47, 96.0]) > 0.99
+    assert not same_box(flat, [68.33, 97.0, 100.48, 97.0], 0.5)
+    assert not same_box(flat, [71.5, 96.0, 100.48, 96.0], 0.99)
 
 
 def test_every_problem_names_the_image_the_row_and_the_field() -> None:
