@@ -9,18 +9,11 @@ when a net is made.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from fxdeploy.errors import FxDeployError
 
-SPIN_COUNT = "10000"
-"""``GOMP_SPINCOUNT`` for ncnn's own OpenMP runtime (libgomp, 300000 by default): long enough that
-its threads still spin across the microseconds between two layers of one extraction, short enough
-that they sleep while a host stage's torch ops run (``benchmarks/ncnn_contention.py``)."""
 SPIN_MS = 20
 """ncnn's own default ``openmp_blocktime``: its OpenMP threads spin this long for the next layer."""
 
@@ -51,7 +44,8 @@ def load_net(
 ) -> Any:
     """A configured Net holding ``param`` and ``weights``; a file ncnn cannot load raises ``error``
     (the runtime's ArtifactError, the lowering's LoweringError) naming the file and ncnn's code."""
-    ncnn = import_ncnn()
+    import ncnn
+
     net = ncnn.Net()
     configure(net.opt, threads=threads, fp16=fp16, spin_ms=spin_ms)
     for path, loader in ((param, net.load_param), (weights, net.load_model)):
@@ -59,25 +53,3 @@ def load_net(
         if code != 0:
             raise error(f"ncnn: loading {path} failed with code {code}")
     return net
-
-
-def import_ncnn() -> ModuleType:
-    """``ncnn``, imported with ``GOMP_SPINCOUNT`` at ``SPIN_COUNT`` for that import only.
-
-    The Linux wheels carry their own libgomp, which reads its spin policy from the environment
-    once, when ncnn is imported, and has no per-net switch (``openmp_blocktime`` above is LLVM's).
-    Its threads spinning between engine stages took a per-image detector with host stages from
-    5 ms to 390 ms a call on 2 cores. torch's libgomp is another copy, loaded and configured
-    before, so nothing else changes; the environment is given back after the import. A spin
-    policy the user set (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``), or an ncnn imported before
-    fxdeploy imports it, stands."""
-    if "ncnn" in sys.modules or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        import ncnn
-
-        return ncnn
-    os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
-    try:
-        import ncnn
-    finally:
-        del os.environ["GOMP_SPINCOUNT"]
-    return ncnn

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from fxdeploy.artifact.jit_warnings import quiet_jit
-from fxdeploy.artifact.ncnn_net import import_ncnn, load_net
+from fxdeploy.artifact.ncnn_net import load_net
 from fxdeploy.errors import LoweringError
 from fxdeploy.lowering.ncnn_checks import batch_symbol, head_outputs
 from fxdeploy.lowering.ncnn_convert import (
@@ -179,9 +179,9 @@ def _input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expe
     gathered, with no such op behind them), it may keep the operand whole, with the batch as a
     leading 1, and then expects the input blob the same way. Returns False for per-image blobs,
     True for blobs that keep the leading 1; raises when neither gives PyTorch's values."""
+    import ncnn
     import numpy as np
 
-    ncnn = import_ncnn()
     net = load_net(out_dir / names[0], out_dir / names[1], threads=1, fp16=False, error=LoweringError)
     problems = []
     for batched in (False, True):

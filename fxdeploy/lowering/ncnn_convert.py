@@ -17,7 +17,6 @@ import torch
 
 from fxdeploy.artifact.dims import finite_or
 from fxdeploy.artifact.jit_warnings import quiet_jit
-from fxdeploy.artifact.ncnn_net import import_ncnn
 from fxdeploy.errors import LoweringError
 
 logger = logging.getLogger(__name__)
@@ -174,7 +173,7 @@ def _ncnn_has(layer_type: str) -> bool:
     if any(mark in layer_type for mark in (".", "::")):
         return False
     try:
-        ncnn = import_ncnn()
+        import ncnn
     except ImportError:
         return True
     return ncnn.layer_to_index(layer_type) >= 0

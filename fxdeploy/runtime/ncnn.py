@@ -11,7 +11,7 @@ import torch
 
 from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.artifact.manifest import Manifest
-from fxdeploy.artifact.ncnn_net import SPIN_MS, import_ncnn, load_net
+from fxdeploy.artifact.ncnn_net import SPIN_MS, load_net
 from fxdeploy.artifact.ncnn_net import configure as configure_options
 from fxdeploy.errors import ArtifactError
 from fxdeploy.partition import Engine, Host, Plan, Source
@@ -33,8 +33,10 @@ class NcnnExecutor(Executor):
     thread_safe = True
 
     def __init__(self, directory: Path, manifest: Manifest, settings: Settings) -> None:
+        import ncnn
+
         super().__init__()
-        self._ncnn = import_ncnn()
+        self._ncnn = ncnn
         try:
             self.plan = Plan.from_dict(manifest["info"].get("ncnn"), [spec["name"] for spec in manifest["inputs"]])
         except ArtifactError as exc:  # which artifact, too
@@ -173,6 +175,7 @@ def _dtype(name: str) -> torch.dtype:
 
 def version() -> str | None:
     try:
-        return import_ncnn().__version__
+        import ncnn
     except ImportError:
         return None
+    return ncnn.__version__
