@@ -2,7 +2,7 @@
 
 Needs the detector environment (`make det-venv`):
 
-    YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/yolo_peers.py [--batches 1 4] [--config yolo11n.yaml]
+    YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/yolo_peers.py [--batches 1 4 8] [--config yolo11n.yaml]
 
 Contenders, each timed end to end (images in, per-image [n, 6] detections out), interleaved:
 - eager: the model followed by ``ultralytics.utils.nms.non_max_suppression``;
@@ -12,8 +12,8 @@ Contenders, each timed end to end (images in, per-image [n, 6] detections out), 
   ``non_max_suppression`` on the host, as its predictor runs them; OpenVINO as its predictor
   compiles it (no precision hint: bf16 on a CPU with native bf16) and held at f32
   (``openvino-f32``); fxdeploy's OpenVINO at fp32 and at bf16 (``openvino-bf16``); fxdeploy's
-  ONNX Runtime and OpenVINO with the images of a batch one after the other (``-one-stream``), where
-  by default they run on two streams of one thread each.
+  ONNX Runtime and OpenVINO with one engine call per image, one after the other
+  (``-per-image-one-stream``), where by default the engine takes the whole batch.
 Every contender's detections are matched with eager's (label and IoU >= 0.99, scores within
 1e-3): the table says how many match, miss or are extra.
 """
@@ -108,7 +108,7 @@ def ultralytics_peers(net: torch.nn.Module, config: str, batch: int, work: Path,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--config", default="yolo11n.yaml")
     parser.add_argument("--targets", nargs="+", default=["onnxruntime", "openvino", "torchscript", "ncnn"])
     args = parser.parse_args()
@@ -126,9 +126,9 @@ def main() -> None:
     if "openvino" in args.targets:  # at the precision OpenVINO picks by itself on a bf16 CPU
         variants.append(("fxdeploy:openvino-bf16", "openvino",
                          fxdeploy.Settings(threads=THREADS, precision="bf16", verify=False)))
-    for t in [t for t in ("onnxruntime", "openvino") if t in args.targets]:  # the images of a batch one after the other
-        variants.append((f"fxdeploy:{t}-one-stream", t, fxdeploy.Settings(threads=THREADS, image_streams=1,
-                                                                          verify=False)))
+    for t in [t for t in ("onnxruntime", "openvino") if t in args.targets]:  # an engine call per image, in turn
+        variants.append((f"fxdeploy:{t}-per-image-one-stream", t, fxdeploy.Settings(
+            threads=THREADS, batching="per_image", image_streams=1, verify=False)))
     deployed, cannot = {}, {}
     for name, target, settings in variants:  # a contender this CPU cannot run is a row that says why
         try:

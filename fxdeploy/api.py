@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact
 from fxdeploy.artifact import dims, structure
 from fxdeploy.artifact.manifest import Manifest
-from fxdeploy.capture import Captured, capture, substitution
+from fxdeploy.capture import Captured, batching, capture, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import (
     ArtifactError,
@@ -115,10 +115,15 @@ def _lower_graph(
         captured.export_dynamic_shapes, settings, out_dir,
         exported_program=captured.exported_program if unchanged else None,
     )
+    engine = batching.engine_for(chosen, captured, settings)
+    if engine.vectorize:
+        with stage("vectorize", chosen.name):
+            job = batching.vectorized_job(job, captured, engine)
     try:
         with stage("lowering", chosen.name):
             lowered = _lower(chosen, job)
         manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
+        batching.describe(manifest, engine)
         manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}
         manifest["info"]["verified"] = settings.verify  # False: the user turned lower()'s check off
         with stage("loading", chosen.name):

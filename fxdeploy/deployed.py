@@ -62,6 +62,8 @@ class Deployed:
         self._signature = Signature(manifest)
         self._names = self._signature.names
         self._per_image = self._signature.per_image
+        # a per-image capture vectorized: the engine takes the batch, the host joins its images
+        self._batched = self._per_image is not None and self._per_image.get("engine") == "batch"
         self._captured_keywords = _keyword_names(manifest.get("input_tree"))
         self._leaves = manifest["output_leaves"]
         plain = all(leaf["kind"] == "tensor" and "trim" not in leaf for leaf in self._leaves)
@@ -115,7 +117,8 @@ class Deployed:
         if self._per_image is None:
             return self._rebuild(self._run(feeds), unpack=unpack)
         # the join plan describes the tensor-only results, so images join before any unpack
-        results = [self._rebuild(out, unpack=False) for out in self._run_images(_images(feeds))]
+        outputs = _split(self._run(feeds)) if self._batched else self._run_images(_images(feeds))
+        results = [self._rebuild(out, unpack=False) for out in outputs]
         return self._unpacked(structure.join_images(results, self._per_image["join"]), unpack)
 
     def execute(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -128,7 +131,7 @@ class Deployed:
                 f"execute() inputs: expected names {self._names}; missing {missing}, unknown {unknown}"
             )
         checked = self._signature.feeds([feeds[n] for n in self._names])
-        if self._per_image is None:
+        if self._per_image is None or self._batched:
             return self._run(checked)
         per_image = self._run_images(_images(checked))  # each output gains a batch dim
         return {name: torch.stack([out[name] for out in per_image]) for name in per_image[0]}
@@ -210,6 +213,12 @@ class Deployed:
     def __repr__(self) -> str:
         inputs = self._signature.describe()
         return f"Deployed(target={self.target!r}, inputs=[{inputs}], outputs={self.output_names})"
+
+
+def _split(outputs: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """A batched engine's outputs as each image's, as a per-image engine gives them."""
+    count = next(iter(outputs.values())).shape[0]
+    return [{name: value[i] for name, value in outputs.items()} for i in range(count)]
 
 
 def _images(feeds: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:

@@ -21,6 +21,7 @@ from fxdeploy.errors import RegistryError
 MAX_THREADS = 1024
 CaptureMode = Literal["auto", "strict", "non_strict"]
 Precision = Literal["fp32", "fp16", "bf16"]
+Batching = Literal["vectorize", "per_image"]
 
 
 class Section:
@@ -54,6 +55,10 @@ class Settings:
     image_streams: int = 0
     """per-image artifacts (a model that loops over its batch): how many images of one call run at
     once, the threads split among them (ONNX Runtime, OpenVINO); 0: one per thread, at most 4."""
+    batching: Batching = "vectorize"
+    """a model that loops over its images in Python: "vectorize" gives the engine the whole batch
+    in one call where the per-image graph vectorizes (fxdeploy.capture.vectorize), "per_image" runs
+    the engine once per image. Engines that take one image at a time (ncnn) run per image anyway."""
     precision: Precision = "fp32"
     """fp32, or fp16/bf16 where the target supports it (scores and NMS inputs stay fp32)."""
     verify: bool = True

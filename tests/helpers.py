@@ -55,3 +55,33 @@ def max_abs_error(got: Any, want: Any) -> float:
         else:
             assert g == w, (g, w)
     return error
+
+
+def count_engine_calls(deployed: fxdeploy.Deployed) -> list[int]:
+    """From now on, counts the engine calls of this Deployed's executor (an instance attribute of
+    this one executor, nothing global): ``calls[0]``."""
+    calls = [0]
+    run = deployed.executor.run
+
+    def counting(feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        calls[0] += 1
+        return run(feeds)
+
+    deployed.executor.run = counting  # type: ignore[method-assign]
+    return calls
+
+
+def assert_batched_engine(deployed: fxdeploy.Deployed, saved: Path) -> None:
+    """A per-image loop model's artifact whose engine takes the whole batch (the per-image graph
+    vectorized): the manifest says so, and model.onnx, where there is one, has a symbolic dim 0.
+    ncnn's extractor takes one image: there the engine runs per image, as the manifest says."""
+    per_image = deployed.manifest["per_image"]
+    if deployed.target == "ncnn":
+        assert per_image["engine"] == "image", per_image
+        return
+    assert per_image["engine"] == "batch", per_image
+    if (saved / "model.onnx").is_file():
+        import onnx
+
+        model = onnx.load(str(saved / "model.onnx"), load_external_data=False)
+        assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param, "dim 0 of the ONNX input is fixed"

@@ -85,6 +85,10 @@ class PerImage(TypedDict):
     max: int
     opt: int
     join: dict[str, Any]
+    engine: NotRequired[str]
+    """"batch": the engine takes the whole batch (the graph vectorized); "image": one image a call."""
+    why: NotRequired[str]
+    """why the engine takes one image a call"""
 
 
 class Manifest(TypedDict):

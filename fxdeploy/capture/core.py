@@ -191,6 +191,8 @@ def _try_one_image(
     start = (mode, getattr(exc, "real_values", False))
     try:
         return _capture_one_image(model, args, kwargs, subs, settings, batch, batch_inputs, start)
+    except per_image.JoinError:
+        raise  # it names the output that depends on the whole batch: clearer than the batch's error
     except Exception as failed:  # noqa: BLE001 - the caller raises the whole batch's error instead
         logger.info("capturing one image failed too: %s: %s", type(failed).__name__, failed)
         return None
@@ -204,9 +206,10 @@ def _capture_one_image(
     needed (``start``: capture mode, real values); record how per-image results join."""
     one_args, one_kwargs = per_image.take_images((args, kwargs), 0, 1)
     two_args, two_kwargs = per_image.take_images((args, kwargs), 0, 2)
-    if batch_inputs[0].shape[0] < 2:  # one image given: the same image twice shows how results join
+    distinct = batch_inputs[0].shape[0] > 1 and not all(torch.equal(x[0], x[1]) for x in batch_inputs)
+    if not distinct:  # one image (or one repeated): it and another, its values rolled, show how results join
         two_args, two_kwargs = pytree.tree_map(
-            lambda x: torch.cat([x, x]) if isinstance(x, torch.Tensor) else x, (one_args, one_kwargs)
+            lambda x: torch.cat([x, x.roll(1, -1)]) if isinstance(x, torch.Tensor) else x, (one_args, one_kwargs)
         )
     with substitution.on_instances(model, subs):
         one, two = model(*one_args, **one_kwargs), model(*two_args, **two_kwargs)

@@ -5,11 +5,15 @@ torch.export cannot hold a Python loop over a dynamic batch (``for i in range(x.
 libraries write their postprocessing that way (torchvision, Ultralytics). When every tensor input
 has the same dynamic dim 0 and capture specializes it, fxdeploy captures one image (the batch
 static at 1), and the deployed model runs each image of a call through the engine, then joins the
-per-image results into what eager returns for the whole batch.
+per-image results into what eager returns for the whole batch. Where the engine takes a batch, the
+per-image graph is vectorized first (``fxdeploy.capture.vectorize``): one engine call gives every
+image's results, which join the same way.
 
 How results join is data in the manifest (``join``), found by running the model eagerly on one
 image and on two: a list that doubles is a list over images (concatenated), a tensor whose dim 0
-doubles is batched (concatenated on dim 0), anything else must be the same for every image.
+doubles is batched (concatenated on dim 0), anything else must be the same for every image: equal
+in value for one image and for two different ones, or the capture is refused naming that output
+(a value computed from the whole batch).
 ``fxdeploy.artifact.structure.join_images`` applies the plan on the host.
 """
 
@@ -79,8 +83,14 @@ def join_plan(one: Any, two: Any, where: str = "output") -> dict[str, Any]:
         doubled = two.dim() == one.dim() and two.shape[0] == 2 * one.shape[0] and two.shape[1:] == one.shape[1:]
         if one.dim() and doubled:
             return {"kind": "cat"}
-        if one.shape == two.shape:
+        if one.shape == two.shape and torch.equal(one, two):
             return {"kind": "same"}
+        if one.shape == two.shape:
+            raise JoinError(
+                f"{where}: a tensor of the same shape for one image and for two ({tuple(one.shape)}) but other "
+                "values: it is computed from the whole batch, so no per-image run can give it. Return it per "
+                "image (a list over the images, or a tensor whose dim 0 is the batch), or make the batch dim static"
+            )
     elif isinstance(one, (list, tuple)) and isinstance(two, (list, tuple)) and type(one) is type(two):
         if len(two) == 2 * len(one) and len(one) > 0:
             return {"kind": "concat"}
@@ -92,11 +102,15 @@ def join_plan(one: Any, two: Any, where: str = "output") -> dict[str, Any]:
         return {"kind": "items", "keys": [str(k) for k in one], "items": items}
     elif not isinstance(one, (torch.Tensor, list, tuple, Mapping)) and one == two:
         return {"kind": "same"}
-    raise CaptureError(
+    raise JoinError(
         f"{where}: the model's result for two images is not the result for one image repeated "
         f"(one image: {_brief(one)}, two: {_brief(two)}), so fxdeploy cannot run the batch image by "
         "image. Make the batch dim static, or return per-image lists or batched tensors"
     )
+
+
+class JoinError(CaptureError):
+    """A per-image model's output that no per-image run can give (it depends on the whole batch)."""
 
 
 def _brief(value: Any) -> str:

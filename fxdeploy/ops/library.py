@@ -82,3 +82,15 @@ def batched_nms_op(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: f
 def _batched_nms_fake(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: float) -> Tensor:
     kept = torch.library.get_ctx().new_dynamic_size()
     return scores.new_empty((kept,), dtype=torch.long)
+
+
+@torch.library.register_vmap("fxdeploy::multiclass_nms")
+def _multiclass_nms_vmap(info, in_dims, boxes, scores, *options):  # noqa: ANN001, ANN202 - torch's signature
+    """Batched by definition: images of a vmap and the op's own batch fold into one batch dim
+    (``fxdeploy.capture.vectorize`` runs a per-image graph, whose NMS sees a batch of one, over a batch)."""
+    size = info.batch_size
+    boxes = boxes.movedim(in_dims[0], 0) if in_dims[0] is not None else boxes.expand(size, *boxes.shape)
+    scores = scores.movedim(in_dims[1], 0) if in_dims[1] is not None else scores.expand(size, *scores.shape)
+    inner = scores.shape[1]
+    outputs = multiclass_nms_op(boxes.flatten(0, 1), scores.flatten(0, 1), *options)
+    return tuple(o.unflatten(0, (size, inner)) for o in outputs), (0,) * len(outputs)

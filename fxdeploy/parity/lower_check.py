@@ -114,7 +114,9 @@ def _verify_per_image(
     eager_fn = _eager_call(model, captured, subs)
     visible = [leaf for leaf in leaves if leaf["kind"] != "hidden"]
     checks = []
-    for label, sizes in _per_image_sizes(batch):
+    batched = deployed.manifest["per_image"].get("engine") == "batch"
+    sizes_checked = verify.check_sizes({batch.name: batch}) if batched else _per_image_sizes(batch)
+    for label, sizes in sizes_checked:
         inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
         with stage(f"check at {label} {[list(x.shape) for x in inputs]}", deployed.target):
             with torch.no_grad():
@@ -130,8 +132,8 @@ def _verify_per_image(
 
 
 def _per_image_sizes(batch: dims.DimRange) -> list[tuple[str, dict[str, int]]]:
-    """The example, min, opt and max batches, each at most two images past the min: the artifact
-    runs the same engine once per image, so a batch of two checks the host's loop and join as a
+    """The example, min, opt and max batches, each at most two images past the min: an artifact
+    whose engine takes one image runs it once per image, so a batch of two checks the host's loop and join as a
     batch of eight would, at a quarter of the cost (torchvision's detectors lower at 1 to 8)."""
     cap = max(2, batch.min)
     points: list[tuple[str, dict[str, int]]] = []

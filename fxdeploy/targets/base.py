@@ -50,6 +50,9 @@ class Target:
     unavailable_reason: Callable[[], str | None] | None = None
     precisions: tuple[str, ...] = ("fp32", "fp16")
     """the ``Settings.precision`` values this target runs as asked; any other is refused, never ignored."""
+    batched_engine: bool = True
+    """the engine takes a batch: a per-image graph is vectorized for it (``Settings.batching``).
+    False where the engine runs one image at a time (ncnn's extractor)."""
     sections: Mapping[str, type] = field(default_factory=dict)
     """settings sections this target reads, by name: frozen ``fxdeploy.settings.Section`` dataclasses.
     Each becomes ``settings.<name>``, a ``[name]`` TOML table and ``--name-field`` CLI flags; the

@@ -68,5 +68,6 @@ TARGET = Target(
     version=version,
     install_hint=INSTALL,
     unavailable_reason=unavailable_reason,
+    batched_engine=False,  # its extractor takes one image
     sections={"ncnn": NcnnSettings},
 )

@@ -87,7 +87,8 @@ def test_per_image_artifact_matches_eager_at_every_batch(tmp_path) -> None:
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
 def test_the_images_of_a_call_run_on_streams_and_match_eager(target: str) -> None:
     """Three threads: up to three images at once (one thread each), in waves where the batch is
-    larger; the results come back in image order. image_streams=1 runs them one by one."""
+    larger; the results come back in image order. image_streams=1 runs them one by one. The
+    engine takes one image (``batching="per_image"``): streams are what that path has."""
     from fxdeploy.runtime.executor import stream_count
 
     require_target(target)
@@ -95,9 +96,9 @@ def test_the_images_of_a_call_run_on_streams_and_match_eager(target: str) -> Non
     example = (torch.rand(2, 2, 4, 4),)
     shapes = {"x": {0: ("batch", 1, 8)}}
     streamed = fxdeploy.lower(model, example, target=target, dynamic_shapes=shapes,
-                              settings=fxdeploy.Settings(threads=3))
+                              settings=fxdeploy.Settings(threads=3, batching="per_image"))
     serial = fxdeploy.lower(model, example, target=target, dynamic_shapes=shapes,
-                            settings=fxdeploy.Settings(threads=3, image_streams=1))
+                            settings=fxdeploy.Settings(threads=3, image_streams=1, batching="per_image"))
     for batch in (1, 2, 5, 8):
         x = torch.rand(batch, 2, 4, 4)
         want = model(x)

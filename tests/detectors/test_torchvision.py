@@ -21,7 +21,7 @@ from fxdeploy.capture.substitution import builtin_substitutions
 from fxdeploy.parity.excuses import Context
 from tests.detections import assert_same_detections
 from tests.detectors.conftest import require
-from tests.helpers import require_target
+from tests.helpers import assert_batched_engine, count_engine_calls, require_target
 
 TARGETS = ["onnxruntime", "openvino", "torchscript", "ncnn"]
 MODELS = ["retinanet", "fcos", "ssd300", "fasterrcnn"]
@@ -123,11 +123,14 @@ def test_torchvision_detector_without_substitution(
                               dynamic_shapes={"images": {0: ("batch", 1, 8)}})
     assert set(deployed.manifest["info"]["substitutions"]) <= {s.name for s in builtin_substitutions()}
     deployed.save(tmp_path / "detector")
+    assert_batched_engine(deployed, tmp_path / "detector")
     loaded = fxdeploy.load(tmp_path / "detector")
     for batch, seed in ((1, 3), (4, 1), (8, 2)):
         x, want = images(batch, seed), eager(batch, seed)
         for runner in (deployed, loaded) if batch == 1 else (deployed,):  # the loaded artifact: same files
+            calls = count_engine_calls(runner)
             got = runner(x)
+            assert calls[0] == (batch if target == "ncnn" else 1), f"{calls[0]} engine calls for {batch} images"
             assert isinstance(got, list) and len(got) == batch
             assert all(set(g) == {"boxes", "scores", "labels"} for g in got)
             assert all(g["labels"].dtype == torch.int64 and g["boxes"].shape[1:] == (4,) for g in got)

@@ -15,7 +15,7 @@ import fxdeploy
 from fxdeploy.capture.substitution import builtin_substitutions
 from tests.detections import assert_same_detections, without_threshold_flips
 from tests.detectors.conftest import require
-from tests.helpers import require_target
+from tests.helpers import assert_batched_engine, count_engine_calls, require_target
 
 TARGETS = ["onnxruntime", "openvino", "torchscript", "ncnn"]
 CONFIGS = ["yolo11n.yaml", "yolov8n.yaml"]
@@ -101,13 +101,16 @@ def test_yolo_with_ultralytics_nms_without_substitution(yolo: torch.nn.Module, t
     deployed = fxdeploy.lower(yolo, (images(2, 0),), target=target, dynamic_shapes={"images": {0: ("batch", 1, 8)}})
     assert set(deployed.manifest["info"]["substitutions"]) <= {s.name for s in builtin_substitutions()}
     deployed.save(tmp_path / "yolo")
+    assert_batched_engine(deployed, tmp_path / "yolo")
     loaded = fxdeploy.load(tmp_path / "yolo")
     for batch, seed in ((1, 3), (4, 1), (8, 2)):
         x = images(batch, seed)
         with torch.no_grad():
             want = yolo(x)
         for runner in (deployed, loaded) if batch == 1 else (deployed,):  # the loaded artifact: same files
+            calls = count_engine_calls(runner)
             got = runner(x)
+            assert calls[0] == (batch if target == "ncnn" else 1), f"{calls[0]} engine calls for {batch} images"
             assert isinstance(got, list) and len(got) == batch
             assert all(g.shape[1:] == (6,) and g.dtype == torch.float32 for g in got)
             tolerance = SCORE_TOLERANCE.get(target, 1e-4)

@@ -1,0 +1,75 @@
+"""fxdeploy.capture.vectorize's rules, op by op: a graph captured for one image, vectorized over a
+dynamic batch, must give each image what the per-image graph gives it, at batch 1 and 5."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from fxdeploy.capture import capture
+from fxdeploy.capture.vectorize import Unbatchable, vectorize
+from fxdeploy.ops import multiclass_nms
+
+
+class Fn(nn.Module):
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def _copy_into_buffer(x: torch.Tensor) -> torch.Tensor:
+    buffer = torch.zeros(1, 3, 8)
+    buffer[:, :, :5].copy_(x)  # functionalized: copy and slice_scatter of an image-free buffer
+    return buffer
+
+
+def _nms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    corners = x[..., :2].abs() * 10
+    boxes = torch.cat([corners, corners + 5 + x[..., 2:4].abs()], -1)  # [1, 3, 4]
+    return multiclass_nms(boxes, x[..., 4:].sigmoid().expand(1, 3, 2), iou_threshold=0.5, score_threshold=0.1,
+                          keep_top_k=4)
+
+
+CASES: dict[str, Callable[[], nn.Module]] = {
+    "conv, batch norm, pooling, upsampling (folded into dim 0)": lambda: nn.Sequential(
+        nn.Unflatten(2, (1, 5)), nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.MaxPool2d((1, 2)),
+        nn.Upsample(scale_factor=2.0), nn.GroupNorm(2, 4)),
+    "cat with a constant": lambda: Fn(lambda x: torch.cat([x, torch.ones(1, 2, 5)], 1)),
+    "gather and scatter": lambda: Fn(lambda x: x.gather(2, x.argsort(2)).scatter(2, x.argsort(2)[..., :2], 7.0)),
+    "sort, topk, cumsum": lambda: Fn(lambda x: x.sort(-1)[0] + x.topk(5, -1)[0].cumsum(1)),
+    "index_select by the image's own index": lambda: Fn(lambda x: x.index_select(2, x[0, 0].argsort())),
+    "select_scatter into a constant": lambda: Fn(lambda x: torch.zeros(1, 3, 5).select_scatter(x[:, 0], 1, 1)),
+    "copy into a buffer": lambda: Fn(_copy_into_buffer),
+    "an op decomposed (renorm has no batching rule)": lambda: Fn(lambda x: torch.renorm(x, 2, 1, 1.0)),
+    "multiclass_nms (batched by definition)": lambda: Fn(_nms),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_image_gets_what_the_per_image_graph_gives_it(case: str) -> None:
+    torch.manual_seed(0)
+    model = CASES[case]().eval()
+    gm = capture(model, (torch.randn(1, 3, 5),)).graph_module
+    batched = vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
+    for size in (1, 5):
+        x = torch.randn(size, 3, 5)
+        with torch.no_grad():
+            got = batched(x)
+            for image in range(size):
+                want = gm(x[image : image + 1])
+                for g, w in zip(got, want, strict=True):
+                    torch.testing.assert_close(g[image], w, rtol=1e-5, atol=1e-5)
+
+
+def test_an_op_with_no_batching_rule_is_named_with_its_line() -> None:
+    gm = capture(Fn(lambda x: torch.histc(x, bins=4)), (torch.randn(1, 3, 5),)).graph_module
+    with pytest.raises(Unbatchable) as refused:
+        vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
+    assert "aten.histc" in refused.value.reason and "test_vectorize_rules.py" in refused.value.reason
+    assert "\n" not in refused.value.reason
