@@ -85,3 +85,9 @@ def assert_batched_engine(deployed: fxdeploy.Deployed, saved: Path) -> None:
 
         model = onnx.load(str(saved / "model.onnx"), load_external_data=False)
         assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param, "dim 0 of the ONNX input is fixed"
+    if deployed.target in ("onnxruntime", "openvino"):  # Triton batches it: the batch max, dynamic batching
+        from fxdeploy.integrations.triton import export_triton
+        from tests.integrations.test_triton import parse_config
+
+        config, _ = parse_config(export_triton(saved, saved.parent / "triton", model_name="detector"))
+        assert config.max_batch_size == per_image["max"] and config.HasField("dynamic_batching"), config

@@ -75,7 +75,7 @@ def describe(manifest: Manifest, engine: Engine) -> None:
         per_image["why"] = engine.why
         return
     batch = per_image["dim"]
-    manifest["dims"][batch] = {"min": per_image["min"], "max": per_image["max"]}
+    manifest["dims"][batch] = {"min": per_image["min"], "opt": per_image["opt"], "max": per_image["max"]}
     for spec in manifest["inputs"]:
         spec["shape"] = [batch, *spec["shape"][1:]]
     for spec in manifest["outputs"]:

@@ -18,7 +18,6 @@ an ``Unbatchable`` naming it, and the caller keeps the per-image path.
 from __future__ import annotations
 
 import contextlib
-import logging
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +32,6 @@ from fxdeploy.capture import flat_io
 from fxdeploy.passes.graph_utils import call_site
 from fxdeploy.passes.record import KEY
 
-logger = logging.getLogger("fxdeploy")
 aten = torch.ops.aten
 
 
@@ -63,14 +61,22 @@ class _Vectorizing(torch.fx.Interpreter):
             if rule is not None:
                 return rule(self.batch, args, kwargs)
         try:
-            return super().call_function(target, args, kwargs)
+            return self._fixing_no_batch(target, super().call_function(target, args, kwargs))
         except RuntimeError as exc:
             if "vmap fallback" not in str(exc):
                 raise
         decomposed = decomposition_table.get(target)  # type: ignore[arg-type]
         if decomposed is None:
             raise Unbatchable(f"{target} has no batching rule ({call_site(self._node)})")
-        return decomposed(*args, **kwargs)
+        return self._fixing_no_batch(target, decomposed(*args, **kwargs))
+
+    def _fixing_no_batch(self, target: Target, result: Any) -> Any:
+        """``result``, unless vmap's rule for ``target`` read the symbolic batch as a number (torch.export
+        would refuse the whole graph later, naming no op): then the op is named now."""
+        size = self.batch.size
+        if isinstance(size, torch.SymInt) and size.node.maybe_as_int() is not None:
+            raise Unbatchable(f"vmap's rule for {target} fixes the batch size ({call_site(self._node)})")
+        return result
 
 
 class _Vectorized(torch.nn.Module):

@@ -49,6 +49,11 @@ def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> 
         f"- capture mode: {info.get('capture_mode', '?')}",
         f"- substitutions applied: {', '.join(info.get('substitutions') or []) or 'none'}",
     ]
+    per_image = manifest.get("per_image")
+    if per_image is not None:
+        engine = ("the engine takes the whole batch, one call" if per_image.get("engine") == "batch"
+                  else f"the engine runs once per image ({per_image.get('why', 'captured so')})")
+        lines.append(f"- the model loops over its images, captured for one image: {engine}")
     if info.get("widened_dims"):
         lines.append(f"- captured on the example repeated to size 2 along {', '.join(info['widened_dims'])} "
                      "(its size 1 would have been fixed by torch.export)")

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import fxdeploy
+from fxdeploy.cli.report import render_report
 from fxdeploy.parity import compare_outputs
 from tests.detections import assert_same_detections
 from tests.detectors.test_tiny_yolo import images, tiny_yolo
@@ -55,6 +56,7 @@ def test_a_per_image_loop_detector_runs_its_batch_in_one_engine_call(target: str
     assert manifest["inputs"][0]["shape"][0] == "batch"
     assert all(o["shape"][0] == "batch" for o in manifest["outputs"])
     assert [c["shapes"][0][0] for c in manifest["info"]["shape_checks"]] == [2, 1, 2, 8]  # max 8: checked
+    assert "the engine takes the whole batch, one call" in render_report(deployed)
     deployed.save(tmp_path / name)
     if target != "torchscript":
         assert _onnx_batch_dim(tmp_path / name / "model.onnx"), "dim 0 of the ONNX input must be symbolic"
@@ -70,6 +72,10 @@ def test_a_per_image_loop_detector_runs_its_batch_in_one_engine_call(target: str
             results = compare_outputs(want, got, fxdeploy.parity.Tolerances(score_atol=1e-4))
             assert [r.kind for r in results] == ["detections"] and all(r.ok for r in results), [
                 r.detail for r in results]
+    for bad, said in ((make_images(9, 0), r"must be in \[1, 8\], got 9"), (make_images(0, 0), "got 0"),
+                      (make_images(2, 0).double(), "expected dtype float32")):
+        with pytest.raises(fxdeploy.InputError, match=said):  # a batched engine's inputs are checked as before
+            loaded(bad)
 
 
 def test_triton_serves_the_batched_engine_as_triton_would(tmp_path: Path) -> None:
@@ -118,6 +124,8 @@ def test_an_op_that_does_not_vectorize_keeps_the_engine_per_image_and_says_which
     per_image = deployed.manifest["per_image"]
     assert per_image["engine"] == "image" and "histc" in per_image["why"], per_image
     assert any("once per image" in r.getMessage() and "histc" in r.getMessage() for r in caplog.records)
+    assert "the engine runs once per image (the per-image graph does not vectorize: aten.histc" in render_report(
+        deployed)
     x = torch.randn(3, 3, 8, 8)
     calls = count_engine_calls(deployed)
     torch.testing.assert_close(deployed(x), model(x))

@@ -73,3 +73,11 @@ def test_an_op_with_no_batching_rule_is_named_with_its_line() -> None:
         vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
     assert "aten.histc" in refused.value.reason and "test_vectorize_rules.py" in refused.value.reason
     assert "\n" not in refused.value.reason
+
+
+def test_an_op_whose_vmap_rule_reads_the_batch_as_a_number_is_named() -> None:
+    """vmap's rule for take_along_dim fixes a symbolic batch; the op is named where it happens,
+    not in torch.export's later 'Constraints violated', which names none."""
+    gm = capture(Fn(lambda x: torch.take_along_dim(x, x.argsort(2), 2)), (torch.randn(1, 3, 5),)).graph_module
+    with pytest.raises(Unbatchable, match=r"take_along_dim.* fixes the batch size \(File .*test_vectorize_rules"):
+        vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
