@@ -2,7 +2,7 @@
 
 Needs the detector environment (`make det-venv`):
 
-    YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/batched_engine.py [--batch 8] [--models yolo11n retinanet]
+    YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/batched_engine.py [--batch 8] [--models ...] [--runs 20]
 
 For each model and CPU target, at ``--batch`` images and 2 threads, interleaved in one run:
 - ``batched``: ``fxdeploy.lower`` as it is by default: the per-image graph vectorized, one engine
@@ -108,6 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--runs", type=int, default=20, help="timed calls per contender, over 5 interleaved rounds")
     args = parser.parse_args()
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as work, pinned_threads(THREADS), torch.no_grad():
@@ -115,7 +116,8 @@ def main() -> None:
             runs, (model, images, dets) = contenders(name, args.batch, Path(work) / name)
             x = images(args.batch, 7)
             want = dets(model(x))
-            samples, failures = measure_interleaved({k: (lambda fn=fn, x=x: fn(x)) for k, fn in runs.items()}, Budget())
+            budget = Budget(warmup_s=0.0, warmup_runs=2, min_time_s=0.0, min_runs=args.runs, rounds=5)
+            samples, failures = measure_interleaved({k: (lambda fn=fn, x=x: fn(x)) for k, fn in runs.items()}, budget)
             for label, fn in runs.items():
                 if label in failures:
                     results.append({"model": name, "name": label, "error": failures[label]})

@@ -19,9 +19,10 @@ from fxdeploy.parity.boxes import Detections
 from fxdeploy.parity.match import Rules, Tolerance, match_image
 from fxdeploy.parity.rows import RowsSpec, group_rows, per_image, roles, row_columns
 
-SCORE_RTOL = 1e-3
+SCORE_RTOL = 3e-3
 """Scores agree to ``atol`` plus this fraction of the score: a second-stage softmax (Faster R-CNN)
-moves a 0.3 score by 3e-4 between runtimes, as the tolerance of ``fxdeploy compare`` allows."""
+moves a 0.3 score by 3e-4 between runtimes, and a 0.077 score by 2.1e-4 (2.7e-3 of it) where
+ONNX Runtime runs the box head on every image's proposals in one matmul (the graph vectorized)."""
 
 
 def compare_rows(

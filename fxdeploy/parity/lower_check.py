@@ -105,9 +105,12 @@ def _verify_per_image(
     settings: Settings, leaves: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """A per-image capture is checked as the user calls it: whole batches at the batch's min, opt
-    and max. The reference is the model run eagerly on each image alone, joined as eager joins
-    them: the artifact runs image by image, and eager's own float noise between batch sizes
-    (another convolution kernel at batch 8) can move a box across an NMS threshold."""
+    and max (``_per_image_sizes``). Where the engine runs image by image, the reference is the
+    model run eagerly on each image alone, joined as eager joins them: eager's own float noise
+    between batch sizes (another convolution kernel at batch 8) can move a box across an NMS
+    threshold. Where the engine takes the batch (the graph vectorized), the reference is the model
+    on the same batch, whose batched layers round as the engine's do (Faster R-CNN's box head runs
+    every image's proposals in one matmul)."""
     info = captured.per_image
     batch = dims.DimRange(info["dim"], info["min"], info["max"], min(max(info["opt"], info["min"]), info["max"]))
     shapes = [[info["dim"], *x.shape[1:]] for x in captured.batch_inputs]
@@ -115,13 +118,14 @@ def _verify_per_image(
     visible = [leaf for leaf in leaves if leaf["kind"] != "hidden"]
     checks = []
     batched = deployed.manifest["per_image"].get("engine") == "batch"
-    sizes_checked = verify.check_sizes({batch.name: batch}) if batched else _per_image_sizes(batch)
-    for label, sizes in sizes_checked:
+    for label, sizes in _per_image_sizes(batch):
         inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
-        with stage(f"check at {label} {[list(x.shape) for x in inputs]}", deployed.target):
-            with torch.no_grad():
+        with stage(f"check at {label} {[list(x.shape) for x in inputs]}", deployed.target), torch.no_grad():
+            if batched:
+                want = eager_fn(list(inputs))
+            else:
                 images = [eager_fn([x[i : i + 1] for x in inputs]) for i in range(inputs[0].shape[0])]
-            want = structure.join_images(images, info["join"])
+                want = structure.join_images(images, info["join"])
             # per-image leaves repeat once per image in a list over the images
             tiled = rows.specs(visible, inputs[0].shape[0]) if info["join"]["kind"] == "concat" else None
             got = deployed.call_flat(inputs, unpack=False)
@@ -133,7 +137,8 @@ def _verify_per_image(
 
 def _per_image_sizes(batch: dims.DimRange) -> list[tuple[str, dict[str, int]]]:
     """The example, min, opt and max batches, each at most two images past the min: an artifact
-    whose engine takes one image runs it once per image, so a batch of two checks the host's loop and join as a
+    whose engine takes one image runs it once per image (and a vectorized graph is the same graph
+    at every batch size), so a batch of two checks the host's loop and join as a
     batch of eight would, at a quarter of the cost (torchvision's detectors lower at 1 to 8)."""
     cap = max(2, batch.min)
     points: list[tuple[str, dict[str, int]]] = []
