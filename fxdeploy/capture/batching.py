@@ -54,7 +54,7 @@ def vectorized_job(job: Any, captured: Captured, engine: Engine) -> Any:
         inputs = [torch.cat([x, x]) for x in inputs]
     dim = torch.export.Dim(info["dim"], min=info["min"], max=info["max"])
     try:
-        batched = vectorize(job.graph_module, inputs, dim)
+        batched, program = vectorize(job.graph_module, inputs, dim)
     except Unbatchable as exc:
         engine.why = f"the per-image graph does not vectorize: {exc.reason}"
         logger.info("the engine runs once per image (%s)", engine.why)
@@ -62,7 +62,7 @@ def vectorized_job(job: Any, captured: Captured, engine: Engine) -> Any:
     engine.batched = True
     return dataclasses.replace(
         job, graph_module=batched, example_inputs=inputs, dynamic_shapes=[{0: dim} for _ in inputs],
-        exported_program=None,
+        exported_program=program,
     )
 
 

@@ -110,9 +110,11 @@ def _no_vmap_fallback() -> Iterator[None]:
 
 def vectorize(
     gm: torch.fx.GraphModule, batch_inputs: list[torch.Tensor], dim: torch.export.Dim
-) -> torch.fx.GraphModule:
+) -> tuple[torch.fx.GraphModule, torch.export.ExportedProgram]:
     """The per-image graph ``gm`` (inputs and outputs of one image) as a graph of a batch whose
-    size is ``dim``: every output gains a leading batch dim. Raises ``Unbatchable``."""
+    size is ``dim``: every output gains a leading batch dim. Returns the graph and the exported
+    program it is taken from (the same graph: an ONNX lowering exports it as is, not traced again).
+    Raises ``Unbatchable``."""
     module = _Vectorized(_constants_as_buffers(gm))
     shapes = (tuple({0: dim} for _ in batch_inputs),)  # forward(*inputs)
     try:
@@ -131,12 +133,12 @@ def vectorize(
         if isinstance(cause, Unbatchable):
             raise Unbatchable(cause.reason) from None
         raise Unbatchable(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}") from exc
+    _numbers_as_tensors(program.graph_module)
     batched = program.module(check_guards=False)
-    _numbers_as_tensors(batched)
     flat_io.make_flat(batched)
     if KEY in gm.meta:
         batched.meta[KEY] = gm.meta[KEY]
-    return batched
+    return batched, program
 
 
 def _drop_refused(gm: torch.fx.GraphModule) -> None:

@@ -29,7 +29,8 @@ class LoweringJob:
     dynamic_shapes: list[dict[int, Any] | None]
     settings: Settings
     out_dir: Path
-    # capture's ExportedProgram when no pass changed the graph (the same graph, not traced again)
+    # the ExportedProgram that graph_module is taken from, where there is one (capture's when no pass
+    # changed the graph, vectorize's for a batched engine): exported as is, not traced again
     exported_program: torch.export.ExportedProgram | None = None
 
 

@@ -56,7 +56,7 @@ def test_each_image_gets_what_the_per_image_graph_gives_it(case: str) -> None:
     torch.manual_seed(0)
     model = CASES[case]().eval()
     gm = capture(model, (torch.randn(1, 3, 5),)).graph_module
-    batched = vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
+    batched, _ = vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
     for size in (1, 5):
         x = torch.randn(size, 3, 5)
         with torch.no_grad():

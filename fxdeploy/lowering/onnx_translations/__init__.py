@@ -20,7 +20,8 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
 
     - ``standard``: ONNX NonMaxSuppression + padding subgraph (ONNX Runtime, TensorRT).
     - ``openvino``: the same graph with the IoU threshold one float32 step up, because OpenVINO
-      suppresses at IoU == threshold where the contract does not.
+      suppresses at IoU == threshold where the contract does not; ``aten.topk`` without a stable
+      TopK over its whole axis (``topk.py``).
     - ``efficient_nms_trt``: TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
@@ -41,8 +42,13 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
         multiclass = multiclass_nms_efficient_trt
     else:
         raise ValueError(f"translation_table: unknown flavour {flavour!r}; known: {list(FLAVOURS)}")
-    return {
+    table = {
         torch.ops.fxdeploy.multiclass_nms.default: multiclass,
         torch.ops.fxdeploy.nms.default: nms_standard,
         torch.ops.fxdeploy.batched_nms.default: batched_nms_standard,
     }
+    if flavour == "openvino":
+        from fxdeploy.lowering.onnx_translations.topk import topk_openvino
+
+        table[torch.ops.aten.topk.default] = topk_openvino
+    return table
