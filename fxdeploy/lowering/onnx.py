@@ -50,6 +50,7 @@ def export_onnx(
     ``onnx.checker`` here: that serializes a second copy of every weight, and each runtime checks
     the model when it loads it, which ``lower()`` does right after.
     """
+    from fxdeploy.lowering.onnx_optimize import optimize
     from fxdeploy.lowering.onnx_translations import translation_table
 
     args = tuple(example_inputs)
@@ -65,10 +66,12 @@ def export_onnx(
                 output_names=list(output_names),
                 custom_translation_table=translation_table(flavour),
                 opset_version=opset,
-                optimize=settings.onnx.optimize and settings.precision not in UNOPTIMIZED_PRECISIONS,
+                optimize=False,
                 verbose=False,
                 report=False,
             )
+            if settings.onnx.optimize and settings.precision not in UNOPTIMIZED_PRECISIONS:
+                optimize(onnx_program)
     except Exception as exc:
         raise LoweringError(_explain(exc, gm)) from exc
     model = onnx_program.model
