@@ -77,6 +77,7 @@ def ultralytics_onnx_nms(model: torch.nn.Module, batch: int, work: Path) -> Call
         path = yolo.export(format="onnx", nms=True, imgsz=320, batch=batch)
     finally:
         os.chdir(home)
+    path = work / path  # Ultralytics returns it relative to the cwd it wrote in (absolute stays as is)
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS
     session = ort.InferenceSession(str(path), options)
