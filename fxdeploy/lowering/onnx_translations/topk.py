@@ -1,8 +1,9 @@
-"""``aten.topk`` for OpenVINO: torch's result (ties by the lower index) without a stable TopK over
-the whole axis.
+"""``aten.topk`` for OpenVINO: ONNX TopK's result (ties by the lower index) without a stable TopK
+over the whole axis.
 
-ONNX's TopK keeps equal values in index order, as torch's does; OpenVINO's ONNX frontend makes it
-unstable, and fxdeploy's reader (``fxdeploy.runtime.openvino.read_model``) makes it stable again.
+ONNX's TopK keeps equal values in index order (torch's CPU topk leaves ties in any order, so either
+is a correct result of the model); OpenVINO's ONNX frontend makes it unstable, and fxdeploy's
+reader (``fxdeploy.runtime.openvino.read_model``) makes it stable again.
 OpenVINO's stable TopK is slow on a long axis: a detector's ``topk(scores, 1000)`` over 1.3 M
 anchor scores (torchvision's RetinaNet at 320 px) took 5.3 s of a 7 s call; unstable, a few ms.
 
