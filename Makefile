@@ -60,9 +60,11 @@ test-core: venv
 		-m "(not zoo or zoo_fast) and not detectors $(TEST_MARK)"
 
 # The detector suites on real torchvision and Ultralytics; a missing library fails, never skips.
+# Each model's tests share a worker (one build, one eager reference), models handed out longest
+# first (tests/detectors/conftest.py).
 test-detectors: det-venv
-	OMP_WAIT_POLICY=PASSIVE FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q -n 2 --dist loadscope \
-		--durations=0 -m "detectors $(TEST_MARK)" tests/detectors
+	OMP_WAIT_POLICY=PASSIVE FXDEPLOY_REQUIRE_DETECTORS=1 $(DET_PY) -m pytest -q -n 2 \
+		--dist loadgroup --no-loadscope-reorder --durations=0 -m "detectors $(TEST_MARK)" tests/detectors
 
 zoo: venv
 	$(PY) -m pytest -q -m zoo
