@@ -162,9 +162,7 @@ def _split(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
             part = graph.call_function(operator.getitem, (split, piece.args[1]))
             unsqueeze = graph.call_function(aten.unsqueeze.default, (part, k))
         new += [part, unsqueeze]
-    for n in new:
-        n.meta.update({key: v for key, v in node.meta.items() if key != "val"})
-    fill_meta(new)
+    _inherit(node, new)
     for piece, unsqueeze in zip(pieces, new[2::2], strict=True):
         piece.replace_all_uses_with(unsqueeze)
         graph.erase_node(piece)
@@ -186,11 +184,16 @@ def _unsqueezed_dim(parts: object) -> int | None:
 
 def _replace(graph: torch.fx.Graph, node: torch.fx.Node, new: list[torch.fx.Node]) -> None:
     """``node``'s uses go to the last of ``new`` (inserted before it, in order), and ``node`` goes."""
+    _inherit(node, new)
+    node.replace_all_uses_with(new[-1])
+    graph.erase_node(node)
+
+
+def _inherit(node: torch.fx.Node, new: list[torch.fx.Node]) -> None:
+    """``new`` nodes, made for ``node``, take its metadata (its call site) and their own values."""
     for n in new:
         n.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     fill_meta(new)
-    node.replace_all_uses_with(new[-1])
-    graph.erase_node(node)
 
 
 def _returned(node: torch.fx.Node) -> bool:

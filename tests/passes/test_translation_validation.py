@@ -13,9 +13,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 
+from fxdeploy.capture.vmap_views import simplify
+from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.pipelines import ONNX
+from fxdeploy.passes.slice_scatter_as_cat import slice_scatter_as_cat
 from fxdeploy.settings import Settings
 from tests.passes.translation_validation import FP16, REASSOCIATING, Outcome, validate
 from tests.passes.tv_grammar import DECISION_FREE, FAMILIES, programs
@@ -213,3 +217,34 @@ TYPE_AS_OF_A_VIEW = Program(
 def test_type_as_of_a_view_then_a_write_into_its_base() -> None:
     outcome = validate(TYPE_AS_OF_A_VIEW, pipelines={})
     assert outcome.captured and not outcome.failures, outcome.report()
+
+
+def _vmap_views(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
+    return PassResult(gm, simplify(gm) > 0)
+
+
+VECTORIZED_CLEANUP = (slice_scatter_as_cat, _vmap_views)
+"""What fxdeploy.capture.vectorize runs on a vectorized program, here as passes on any program:
+their rules must hold wherever they fire, not only on vmap's graphs."""
+
+
+CLEANUP_FIRES = {"aliasing": {"slice_scatter_as_cat", "_vmap_views"}, "detection": {"slice_scatter_as_cat"}}
+
+
+@pytest.mark.parametrize("family", sorted(CLEANUP_FIRES))
+def test_the_vectorized_graph_cleanup_keeps_the_values_of_generated_programs(family: str) -> None:
+    kinds, dynamic = FAMILIES[family]
+    coverage = Coverage()
+
+    @BUDGET
+    @given(programs(kinds, dynamic))
+    def check(program: Program) -> None:
+        outcome = validate(program, pipelines={"vectorized": VECTORIZED_CLEANUP})
+        coverage.add(outcome)
+        assert not outcome.failures, outcome.report()
+
+    check()
+    print(f"{family}: {coverage}")  # noqa: T201 - what the budget covered, shown with -rP
+    assert coverage.captured >= 0.8 * coverage.programs, coverage
+    missing = CLEANUP_FIRES[family] - set(coverage.fired)
+    assert not missing, f"never fired: {sorted(missing)}; {coverage}"
