@@ -23,6 +23,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy.artifact import dims as dims_mod
 from fxdeploy.artifact import guards, structure
 from fxdeploy.capture import exporting, fixes, flat_io, per_image, substitution
+from fxdeploy.capture.batch_watch import BatchFixed
 from fxdeploy.capture.exporting import module_state
 from fxdeploy.capture.functional import functionalize
 from fxdeploy.capture.widen import widen
@@ -100,16 +101,17 @@ def capture(
                     "example repeated to size 2", widened)
         flat_inputs, in_spec = pytree.tree_flatten((args, kwargs))
     with _capturing(model):
-        eager_outputs = _run_eagerly(model, args, kwargs, subs)
+        eager_outputs, called = _run_eagerly(model, args, kwargs, subs)
         template = eager_outputs if structure.has_unregistered_dataclass(eager_outputs) else None
         target = flat_io.plain_outputs(model) if template is not None else model
         batch = per_image.batch_dim(export_shapes, flat_inputs)
         changes: list[str] = []
         try:
-            ep, mode, applied = exporting.export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
+            ep, mode, applied = exporting.export(target, args, kwargs, export_shapes, subs, settings.capture.mode,
+                                                 batch=batch.name if batch is not None else None)
         except CaptureError as exc:
             if batch is not None and per_image.specialized(exc.__cause__ or exc, batch.name):
-                captured = _try_one_image(exc, model, args, kwargs, subs, settings, batch, flat_inputs)
+                captured = _try_one_image(exc, model, args, kwargs, subs, settings, batch, flat_inputs, called)
                 if captured is None:
                     raise  # the batch's own error says what to change
                 captured.widened_dims = widened
@@ -145,11 +147,13 @@ def _capturing(model: torch.nn.Module) -> Iterator[None]:
 
 def _run_eagerly(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], subs: list[substitution.Substitution]
-) -> Any:
-    """The model's outputs on the example, run with the method substitutions on its instances."""
-    with substitution.on_instances(model, subs) as applied:
+) -> tuple[Any, list[str]]:
+    """The model's outputs on the example, run with the method substitutions on its instances, and
+    the substituted functions it called (which only a strict capture substitutes)."""
+    functions = [s for s in subs if not s.is_method]
+    with substitution.on_instances(model, subs) as applied, substitution.watch_calls(functions) as watch:
         try:
-            return model(*args, **kwargs)
+            return model(*args, **kwargs), watch.hits
         except Exception as exc:
             raise CaptureError(
                 f"{type(model).__name__} failed when run eagerly on the example inputs"
@@ -182,18 +186,24 @@ def _lift_minimums(captured: Captured, lifted: dict[str, int]) -> None:
 def _try_one_image(
     exc: CaptureError, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     subs: list[substitution.Substitution], settings: Settings, batch: per_image.BatchDim,
-    batch_inputs: list[torch.Tensor],
+    batch_inputs: list[torch.Tensor], called: list[str],
 ) -> Captured | None:
     """The model fixes its ``batch`` (``exc``, the whole batch's error): capture one image,
-    starting where the batch's capture got to; None if that fails too."""
+    starting where the batch's capture got to; None if that fails too (its CaptureError where the
+    batch's trace stopped at the loop, ``BatchFixed``: it got further). In "auto" mode, a model
+    that ran a substituted function eagerly (``called``) starts strict: its non-strict trace would
+    stop at that call to start strict anyway (a detector's NMS, after the whole network)."""
     logger.info("the model fixes its batch %r: capturing one image", batch.name)
-    mode = "strict" if getattr(exc, "strict", False) else settings.capture.mode
+    strict = getattr(exc, "strict", False) or (settings.capture.mode == "auto" and bool(called))
+    mode = "strict" if strict else settings.capture.mode
     start = (mode, getattr(exc, "real_values", False))
     try:
         return _capture_one_image(model, args, kwargs, subs, settings, batch, batch_inputs, start)
     except per_image.JoinError:
         raise  # it names the output that depends on the whole batch: clearer than the batch's error
     except Exception as failed:  # noqa: BLE001 - the caller raises the whole batch's error instead
+        if isinstance(failed, CaptureError) and isinstance(exc.__cause__, BatchFixed):
+            raise  # the batch's trace stopped at its loop; this one went further: its error says more
         logger.info("capturing one image failed too: %s: %s", type(failed).__name__, failed)
         return None
 

@@ -22,6 +22,7 @@ from torch._guards import detect_fake_mode
 from torch.utils import _pytree as pytree
 
 from fxdeploy.capture import branches, substitution
+from fxdeploy.capture.batch_watch import stopping_when_fixed
 from fxdeploy.capture.errors import explain
 from fxdeploy.capture.stacks import recording_stacks
 from fxdeploy.errors import CaptureError, first_line
@@ -37,10 +38,13 @@ def export(
     subs: list[substitution.Substitution],
     mode: str,
     real_values: bool = False,
+    batch: str | None = None,
 ) -> tuple[torch.export.ExportedProgram, str, list[str]]:
-    """Export in ``mode``; ``real_values``: let the example decide size branches from the start.
-    Returns the program, the mode that captured it and the substitutions applied. A CaptureError
-    says how far it got (``strict``, ``real_values``), so that a retry on one image starts there."""
+    """Export in ``mode``; ``real_values``: let the example decide size branches from the start;
+    ``batch``: the inputs' one dynamic dim, whose fixing stops a non-strict trace at once
+    (``batch_watch``). Returns the program, the mode that captured it and the substitutions applied.
+    A CaptureError says how far it got (``strict``, ``real_values``), so that a retry on one image
+    starts there."""
     functions = [s for s in subs if not s.is_method]
     if mode in ("auto", "non_strict"):
         watch = None
@@ -48,7 +52,7 @@ def export(
             with substitution.on_instances(model, subs) as applied, substitution.watch_calls(
                 functions, stop=mode == "auto"
             ) as watch:
-                ep = _decided_by_example(model, args, kwargs, shapes, strict=False, real_values=real_values)
+                ep = _decided_by_example(model, args, kwargs, shapes, False, real_values, batch)
             if not watch.hits:
                 return ep, "non_strict", applied
             logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
@@ -75,7 +79,7 @@ def export(
 
 def _decided_by_example(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any, strict: bool,
-    real_values: bool = False,
+    real_values: bool = False, batch: str | None = None,
 ) -> torch.export.ExportedProgram:
     """torch.export; where Python branches on a data-dependent size (Ultralytics'
     ``if not x.shape[0]: continue`` after a score filter, torchvision's ``if box_sum > 0`` over
@@ -86,8 +90,9 @@ def _decided_by_example(
     model run eagerly, so a branch that matters shows as a mismatch there."""
     first: Exception | None = None
     stacks = contextlib.nullcontext if strict else recording_stacks  # dynamo records whole stacks itself
+    watch = stopping_when_fixed(None if strict else batch)
     if not real_values:
-        with module_state(model), _quiet(), stacks():
+        with module_state(model), _quiet(), stacks(), watch:
             try:
                 return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
             except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
@@ -97,6 +102,7 @@ def _decided_by_example(
                 first = exc
     logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
     with module_state(model), _parameters_as_buffers(model), _quiet(), stacks(), \
+            stopping_when_fixed(None if strict else batch), \
             torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True):
         try:
             ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)

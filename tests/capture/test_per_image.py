@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._subclasses import FakeTensor
 
 import fxdeploy
 from fxdeploy.artifact.structure import join_images
-from fxdeploy.capture import capture, per_image
+from fxdeploy.capture import capture, per_image, substitution
 from fxdeploy.errors import CaptureError
 from tests.helpers import require_target
 
@@ -156,3 +157,67 @@ def test_per_image_results_join_before_the_unpack() -> None:
         got, want = deployed(x), model(x)
         assert isinstance(got, list) and len(got) == batch
         torch.testing.assert_close(got, want)
+
+
+def scale_rows(rows: torch.Tensor) -> torch.Tensor:
+    """A plain function the tests substitute (substituted functions apply only in strict capture)."""
+    return rows * 2
+
+
+def scale_rows_again(rows: torch.Tensor) -> torch.Tensor:
+    return rows + rows
+
+
+class LoopThenHead(torch.nn.Module):
+    """Loops over the images first, then runs a head that records what each trace gives it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[bool, int]] = []
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        images = [image.relu() for image in x]  # fixes the batch
+        out = []
+        for image in images:
+            self.seen.append((isinstance(image, FakeTensor), len(images)))  # dynamo's trace: no FakeTensor
+            out.append(scale_rows(image.flatten(1)))
+        return out
+
+
+def test_a_whole_batch_capture_stops_where_the_code_fixes_the_batch() -> None:
+    """Capture's trace of the whole batch stops at the loop that fixes the batch: only the one-image
+    trace reaches the head (torch.export alone would trace the whole model before refusing it)."""
+    model = LoopThenHead()
+    captured = capture(model, (torch.rand(3, 6, 2, 2),), dynamic_shapes={"x": {0: ("batch", 1, 6)}})
+    assert captured.per_image is not None
+    traced = [size for fake, size in model.seen if fake]
+    assert traced == [1], f"traces reached the head with batches {traced}; only the one-image trace should"
+
+
+def test_a_stopped_whole_batch_capture_says_where_the_batch_was_fixed() -> None:
+    """Where one image cannot be captured either, the whole batch's error names the line after which
+    the batch became a constant."""
+
+    class PairsOnly(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            first, second, *_ = x  # fixes the batch; one image cannot run it
+            return first - second
+
+    with pytest.raises(CaptureError) as info:
+        capture(PairsOnly(), (torch.rand(3, 4),), dynamic_shapes={"x": {0: ("batch", 1, 6)}})
+    message = str(info.value)
+    assert "batch" in message and "specialized it to be a constant (3)" in message, message
+    assert "test_per_image.py" in message, message
+
+
+def test_a_model_that_calls_a_substituted_function_is_captured_for_one_image_strict_at_once() -> None:
+    """The eager run saw the model call a function that only a strict capture substitutes: the
+    one-image capture starts strict, with no non-strict trace first (which would stop at that call)."""
+    model = LoopThenHead()
+    x = torch.rand(2, 6, 4, 4)
+    captured = capture(model, (x,), dynamic_shapes={"x": {0: ("batch", 1, 6)}},
+                       substitutions=[substitution.Substitution(scale_rows, scale_rows_again)])
+    assert captured.per_image is not None and captured.mode == "strict"
+    assert captured.substitutions == [f"{__name__}.scale_rows"]
+    non_strict = [size for fake, size in model.seen if fake]
+    assert non_strict == [], f"non-strict traces of batches {non_strict} reached the head"
