@@ -56,7 +56,7 @@ test-full:
 
 # The core suite on torch 2.13.0 (no torchvision there: the detector suites run in the other leg).
 test-core: venv
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q -n 2 --dist loadscope --durations=30 \
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q -n 2 --dist loadscope --durations=60 \
 		-m "(not zoo or zoo_fast) and not detectors $(TEST_MARK)"
 
 # The detector suites on real torchvision and Ultralytics; a missing library fails, never skips.
