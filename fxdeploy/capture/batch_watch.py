@@ -38,6 +38,7 @@ class _WatchBatch(TorchFunctionMode):
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name, self.seen, self.fired = name, 0, False
+        self.env: Any = None  # the trace's shape environment, once a call shows it
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -47,8 +48,9 @@ class _WatchBatch(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
     def _check(self, args: tuple[Any, ...]) -> None:
-        mode = detect_fake_mode(args)
-        env = getattr(mode, "shape_env", None)
+        if self.env is None:  # one export traces in one fake mode: found once, not at every call
+            self.env = getattr(detect_fake_mode(args), "shape_env", None)
+        env = self.env
         if env is None or len(env.replacements) == self.seen:
             return
         self.seen = len(env.replacements)
