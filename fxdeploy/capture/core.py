@@ -25,7 +25,7 @@ from fxdeploy.artifact import guards, structure
 from fxdeploy.capture import exporting, fixes, flat_io, per_image, substitution
 from fxdeploy.capture.batch_watch import BatchFixed
 from fxdeploy.capture.exporting import module_state
-from fxdeploy.capture.functional import functionalize
+from fxdeploy.capture.functional import drop_input_writes, functionalize
 from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError
 from fxdeploy.settings import Settings
@@ -149,7 +149,10 @@ def _run_eagerly(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], subs: list[substitution.Substitution]
 ) -> tuple[Any, list[str]]:
     """The model's outputs on the example, run with the method substitutions on its instances, and
-    the substituted functions it called (which only a strict capture substitutes)."""
+    the substituted functions it called (which only a strict capture substitutes). It runs on
+    copies of the example: a model that writes into its inputs leaves the user's example unchanged,
+    and the capture and the artifact's check see the example as given."""
+    args, kwargs = pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
     functions = [s for s in subs if not s.is_method]
     with substitution.on_instances(model, subs) as applied, substitution.watch_calls(functions) as watch:
         try:
@@ -253,6 +256,10 @@ def _flatten(
     inputs = flat_io.inputs_of(ep, flat_inputs, opts)
     gm = ep.module(check_guards=False)  # the guards are checked by Deployed, on the manifest's copy
     flat_io.make_flat(gm)
+    written = drop_input_writes(gm)
+    if written:
+        logger.info("the model writes into its input(s) %s; the artifact returns eager's outputs and leaves "
+                    "the arrays it is given unchanged", ", ".join(written))
     plain = structure.dataclasses_to_dicts(eager_outputs) if template is not None else eager_outputs
     return Captured(
         graph_module=gm,

@@ -90,10 +90,11 @@ def _narrow_again(deployed: Deployed, captured: Captured, failure: Exception) ->
 def _eager_call(
     model: torch.nn.Module, captured: Captured, subs: list[substitution.Substitution]
 ) -> Callable[[list[torch.Tensor]], Any]:
-    """The model itself on flat inputs, as capture ran it (eval mode, method substitutions)."""
+    """The model itself on flat inputs, as capture ran it (eval mode, method substitutions), on
+    copies: a model that writes into its inputs must not change what the artifact is given next."""
 
     def eager_fn(inputs: list[torch.Tensor]) -> Any:
-        args, kwargs = pytree.tree_unflatten(inputs, captured.in_spec)
+        args, kwargs = pytree.tree_unflatten([x.clone() for x in inputs], captured.in_spec)
         with eval_mode(model), substitution.on_instances(model, subs):
             return model(*args, **kwargs)
 

@@ -233,7 +233,7 @@ def against_original(
     from fxdeploy.parity.probe import row_paths
     from fxdeploy.parity.rows import specs
 
-    args, kwargs = pytree.tree_unflatten(flat, in_spec)
+    args, kwargs = pytree.tree_unflatten([x.clone() for x in flat], in_spec)  # eager may write into them
     with torch.no_grad(), eval_mode(model):
         want = model(*args, **kwargs)
     result = deployed.call_flat(flat, unpack=False)

@@ -184,7 +184,22 @@ PERMUTE_THEN_VIEW = Program(
 """A view of a permuted tensor (strides that still allow it), a write through a transposed view,
 reshapes of both."""
 
+EVAL_DROPOUT_WRITES = Program(
+    body=(
+        "v0 = F.dropout(x0, 0.25, self.training)",
+        "v0[v0 > -0.5] = 0.0",
+        "v1 = F.dropout2d(x1, 0.5, self.training)",
+        "v1.mul_(2.0)",
+        "return (v0, x0.sum(1), x1 + 1)",
+    ),
+    inputs=(Input("x0", (5, 6)), Input("x1", (2, 3, 4, 4))),
+)
+"""Writes through eval-mode dropout: eager's dropout returns its input itself, so the writes reach
+``x0`` and ``x1`` (torch.export's graph treated dropout as a copy, and lower()'s check ran eager on
+the example it had already written into)."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
+    "eval_dropout_writes": (EVAL_DROPOUT_WRITES, set()),
     "yolo_xywh2xyxy": (YOLO_XYWH2XYXY, {"remove_noops"}),
     "detector_tail": (DETECTOR_TAIL, {"remove_noops", "pad_compactions", "host_postprocess_split"}),
     "swin_windows": (SWIN_WINDOWS, set()),

@@ -575,7 +575,9 @@ def layer(b: Builder) -> Statement | None:
         line = f"{name} = F.dropout({t.name}, 0.25, self.training)"
     else:
         return None
-    return [line], [New(name, smooth=t.smooth and how == "dropout")]
+    if how == "dropout":  # eval-mode dropout returns its input itself: a write through it writes the input
+        return [line], [New(name, alias=t.name, smooth=t.smooth)]
+    return [line], [New(name, smooth=False)]
 
 
 def padded_copy(b: Builder) -> Statement | None:
