@@ -20,6 +20,7 @@ from fxdeploy.errors import (
     PassError,
     TargetUnavailableError,
 )
+from fxdeploy.quantize import Calibration
 from fxdeploy.settings import Settings
 from fxdeploy.targets import TargetStatus
 from fxdeploy.version import __version__
@@ -34,6 +35,7 @@ def targets() -> dict[str, TargetStatus]:
 
 __all__ = [
     "ArtifactError",
+    "Calibration",
     "CaptureError",
     "Deployed",
     "FxDeployError",

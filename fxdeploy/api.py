@@ -29,6 +29,8 @@ from fxdeploy.errors import (
 from fxdeploy.parity.lower_check import check_artifact
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.record import record, update
+from fxdeploy.quantize import Calibration
+from fxdeploy.quantize.calibration import calibration_for, calibration_samples
 from fxdeploy.settings import Settings
 from fxdeploy.stages import stage
 from fxdeploy.targets import Lowered, LoweringJob, Target, check_precision, describe, get_target, origin_of
@@ -44,8 +46,12 @@ def lower(
     *,
     kwargs: dict[str, Any] | None = None,
     substitutions: dict[Callable[..., Any], Any] | None = None,
+    calibration: Any = None,
 ) -> Deployed:
-    """Capture ``model`` on ``inputs``, run ``target``'s passes, lower it, and load the result."""
+    """Capture ``model`` on ``inputs``, run ``target``'s passes, lower it, and load the result.
+    ``calibration``: for ``Settings(precision="int8")``, an iterable of example-input tuples or a
+    ``fxdeploy.Calibration``; the calibration batch need not be the example's."""
+    calibration = calibration_for(settings or Settings(), calibration, target)
     if target == "auto":  # lower to every available target, keep the fastest that matches eager
         from fxdeploy.parity.auto import lower_auto
 
@@ -67,7 +73,7 @@ def lower(
             update(gm, output_names=tuple(captured.output_names))
             with stage("passes", chosen.name):
                 gm, report = run_pipeline(gm, chosen.pipeline, settings)
-            return _lower_graph(chosen, captured, gm, report, settings, model, subs)
+            return _lower_graph(chosen, captured, gm, report, settings, model, subs, calibration)
         except InferenceError as exc:  # the artifact was built, and fails on lower()'s own checks
             raise LoweringError(f"target {chosen.name!r}: the lowered artifact failed lower()'s check: {exc}") from exc
         except FxDeployError:
@@ -82,13 +88,23 @@ def lower(
 
     if not settings.cache.enabled:
         return build()
+    return _cached(build, chosen, model, args, kwargs, dynamic_shapes, subs, settings, calibration)
+
+
+def _cached(
+    build: Callable[[], Deployed], chosen: Target, model: torch.nn.Module, args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None, dynamic_shapes: Any, subs: list[substitution.Substitution], settings: Settings,
+    calibration: Calibration | None,
+) -> Deployed:
+    """``build()``'s artifact from the cache, or built and stored (keyed by the calibration's values too)."""
     from fxdeploy.cache import cached_lower, in_process_loader, model_parts
 
     deployed, _ = cached_lower(
-        target,
+        chosen.name,
         lambda: model_parts(model, args, kwargs, dynamic_shapes, subs),
         build=build,
-        settings_dict=settings.to_dict(sections=list(chosen.sections)),
+        settings_dict=settings.to_dict(sections=list(chosen.sections))
+        | ({"calibration": calibration.fingerprint()} if calibration is not None else {}),
         cache_dir=settings.cache.dir or None,
         max_bytes=int(settings.cache.max_gib * 2**30),
         load=in_process_loader(model, args, kwargs, subs),
@@ -99,6 +115,7 @@ def lower(
 def _lower_graph(
     chosen: Target, captured: Captured, gm: torch.fx.GraphModule, report: PipelineReport,
     settings: Settings, model: torch.nn.Module, subs: list[substitution.Substitution],
+    calibration: Calibration | None = None,
 ) -> Deployed:
     if record(gm).output_leaves is None:
         raise LoweringError(
@@ -122,6 +139,10 @@ def _lower_graph(
     try:
         with stage("lowering", chosen.name):
             lowered = _lower(chosen, job)
+        if calibration is not None:
+            with stage("int8 calibration", chosen.name):
+                samples = calibration_samples(calibration, captured, per_image_engine=not engine.vectorize)
+                lowered.info["int8"] = chosen.quantize(out_dir, samples, calibration)
         manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
         batching.describe(manifest, engine)
         manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}

@@ -49,6 +49,11 @@ class UnpackWarning(UserWarning):
     """A loaded artifact was lowered with a substitution's unpack, which is code and so not saved."""
 
 
+class CalibrationWarning(UserWarning):
+    """INT8 calibration samples span another range than the example inputs: the activation ranges
+    they give may clip the inputs the artifact will see. The message gives both ranges."""
+
+
 class UnverifiedWarning(UserWarning):
     """A loaded artifact was lowered with ``verify=False``: nothing compared it with its model."""
 

@@ -20,7 +20,7 @@ from fxdeploy.errors import RegistryError
 
 MAX_THREADS = 1024
 CaptureMode = Literal["auto", "strict", "non_strict"]
-Precision = Literal["fp32", "fp16", "bf16"]
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
 Batching = Literal["vectorize", "per_image"]
 
 
@@ -60,7 +60,8 @@ class Settings:
     in one call where the per-image graph vectorizes (fxdeploy.capture.vectorize), "per_image" runs
     the engine once per image. Engines that take one image at a time (ncnn) run per image anyway."""
     precision: Precision = "fp32"
-    """fp32, or fp16/bf16 where the target supports it (scores and NMS inputs stay fp32)."""
+    """fp32, or fp16/bf16 where the target supports it (scores and NMS inputs stay fp32), or int8
+    with calibration data (``lower(..., calibration=...)``; the graph's float region stays fp32)."""
     verify: bool = True
     """after lowering, run the artifact at the example, min, opt and max shapes against eager."""
     atol: float = 1e-4

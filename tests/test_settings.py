@@ -80,8 +80,8 @@ def test_every_field_has_a_flag_with_its_docstring() -> None:
     ("data", "error", "message"),
     [
         ({"threads": "2"}, TypeError, r"Settings.threads: expected int, got str"),
-        ({"precision": "int8"}, ValueError,
-         r"Settings.precision: expected one of \['fp32', 'fp16', 'bf16'\], got 'int8'"),
+        ({"precision": "int4"}, ValueError,
+         r"Settings.precision: expected one of \['fp32', 'fp16', 'bf16', 'int8'\], got 'int4'"),
         ({"capture": {"mode": "fast"}}, ValueError, r"CaptureSettings.mode: expected one of"),
         ({"ncnn": {"fp17": True}}, ValueError, r"unknown setting\(s\) \['fp17'\]"),
         ({"threads": 0}, ValueError, r"threads must be in \[1, 1024\], got 0"),

@@ -9,6 +9,7 @@ from typing import Any
 
 from fxdeploy.cli import checks
 from fxdeploy.cli import settings as settings_cli
+from fxdeploy.cli.calibration import calibration_spec, load_calibration
 from fxdeploy.cli.checks import UsageError
 from fxdeploy.cli.model_spec import load_model, load_substitutions
 from fxdeploy.cli.shapes import check_dynamic, dynamic_item, parse_dynamic, parse_shapes, shape_item
@@ -31,6 +32,9 @@ def add_parser(sub: Any) -> None:
         help="input shape with ranges, e.g. x:1..8x3x224..640x224..640, or named and with an opt "
         "value, x:batch=1..4..8x3x224x224 (repeatable)",
     )
+    lower.add_argument("--calibration", type=calibration_spec, metavar="FILE.py:FACTORY|DATA.npz",
+                       help="--precision int8's calibration data: a factory returning an iterable of example-input "
+                       "tuples, or a .npz with one [samples, ...] array per input")
     lower.add_argument("--report", type=checks.output_file,
                        help="write a markdown lowering report here (on failure too: the stages up to it, the error)")
     lower.add_argument("--no-progress", action="store_true", help="no stage lines on the terminal")
@@ -51,6 +55,7 @@ def _cmd_lower(args: argparse.Namespace) -> int:
         raise UsageError("arguments --dynamic and --shape: both given; expected one of them")
     if args.target != "auto":
         checks.require_target(args.target, settings.precision)
+    calibration = load_calibration(args.calibration, settings.precision)
     model, inputs = load_model(args.model)
     dynamic = parse_dynamic(args.dynamic)
     check_dynamic(dynamic, model, inputs)
@@ -62,7 +67,7 @@ def _cmd_lower(args: argparse.Namespace) -> int:
         with listening(events.append):
             deployed = fxdeploy.lower(
                 model, inputs, target=args.target, dynamic_shapes=dynamic, settings=settings,
-                substitutions=load_substitutions(args.model),
+                substitutions=load_substitutions(args.model), calibration=calibration,
             )
     except Exception as exc:
         if args.report:

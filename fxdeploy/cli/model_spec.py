@@ -17,16 +17,21 @@ SUBSTITUTIONS_ATTRIBUTE = "FXDEPLOY_SUBSTITUTIONS"
 """A module-level dict in the model's file that the CLI passes to ``lower(substitutions=...)``."""
 
 
-def load_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
-    """Call the factory; it must return ``(model, example_inputs)``."""
+def call_factory(spec: str, what: str = "model") -> Any:
+    """Import the spec's module and call its factory; ValueError saying where it failed."""
     module, name = _import(spec)
     factory = getattr(module, name, None)
     if factory is None:
         raise ValueError(f"{spec.rpartition(':')[0]} has no factory named {name!r}")
     try:
-        result = factory()
+        return factory()
     except Exception as exc:  # noqa: BLE001 - the user's code: say where it failed, keep the cause
-        raise ValueError(f"model spec {spec!r}: the factory raised {type(exc).__name__}: {exc}") from exc
+        raise ValueError(f"{what} spec {spec!r}: the factory raised {type(exc).__name__}: {exc}") from exc
+
+
+def load_factory(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    """Call the factory; it must return ``(model, example_inputs)``."""
+    result = call_factory(spec)
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
         raise TypeError(f"factory {spec} must return (model, example_inputs), got {type(result).__name__}")
     model, inputs = result

@@ -70,6 +70,9 @@ def render_report(deployed: Deployed, *, lower_seconds: float | None = None) -> 
     lines += _passes(deployed.report)
     lines += ["", "## Nodes the target could not take", ""]
     lines += _host_stages(manifest)
+    if "int8" in info:
+        lines += ["", "## INT8", ""]
+        lines += _int8(info["int8"])
     lines += ["", "## Shape checks against eager", ""]
     lines += _checks(info)
     if manifest.get("guards"):
@@ -93,6 +96,18 @@ def _checks(info: dict[str, Any]) -> list[str]:
         excused = ", ".join(f"{rule} {n}" for rule, n in sorted(check.get("excused", {}).items())) or "none"
         rows.append(f"| {check['label']} | {check['shapes']} | {shown} | {excused} |")
     return rows
+
+
+def _int8(int8: dict[str, Any]) -> list[str]:
+    """How the artifact was quantized, and each op kept float with why."""
+    calibration = int8.get("calibration", {})
+    lines = [
+        f"- {int8.get('format')}: weights {int8.get('weights')}, activations {int8.get('activations')}; "
+        f"reduce_range {int8.get('reduce_range')} ({int8.get('why')})",
+        f"- calibration: {calibration.get('samples')} samples, {calibration.get('method')}",
+        "", "| op kept float | why |", "|---|---|",
+    ]
+    return lines + [f"| {name} | {why} |" for name, why in int8.get("float_ops", {}).items()]
 
 
 def _passes(report: Any) -> list[str]:

@@ -57,7 +57,7 @@ def check_artifact(
     def run_checks() -> list[dict[str, Any]]:
         return verify.run_checks(
             deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
-            deployed_fn, eager_fn, settings.atol, flags, settings.precision, example_want,
+            deployed_fn, eager_fn, verify.tolerance(settings), flags, settings.precision, example_want,
             captured.input_names, captured.guards,
         )
 
@@ -130,7 +130,7 @@ def _verify_per_image(
             # per-image leaves repeat once per image in a list over the images
             tiled = rows.specs(visible, inputs[0].shape[0]) if info["join"]["kind"] == "concat" else None
             got = deployed.call_flat(inputs, unpack=False)
-            checked = verify.compare(label, inputs, got, want, settings.atol, deployed.target, tiled,
+            checked = verify.compare(label, inputs, got, want, verify.tolerance(settings), deployed.target, tiled,
                                      settings.precision)
         checks.append(verify.entry(label, inputs, checked))
     return checks

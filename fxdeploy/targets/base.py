@@ -51,6 +51,10 @@ class Target:
     unavailable_reason: Callable[[], str | None] | None = None
     precisions: tuple[str, ...] = ("fp32", "fp16")
     """the ``Settings.precision`` values this target runs as asked; any other is refused, never ignored."""
+    quantize: Callable[[Path, list[dict[str, Any]], Any], dict[str, Any]] | None = None
+    """INT8 (``Settings.precision`` "int8"): rewrites the lowered files in the artifact directory
+    from calibration samples (named input arrays) and a ``fxdeploy.Calibration``; returns what the
+    manifest records. Targets with it list "int8" in ``precisions``."""
     batched_engine: bool = True
     """the engine takes a batch: a per-image graph is vectorized for it (``Settings.batching``).
     False where the engine runs one image at a time (ncnn's extractor)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
@@ -45,6 +46,12 @@ def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     return OrtExecutor(directory / "model.onnx", names, settings)
 
 
+def quantize(directory: Path, samples: list[dict[str, Any]], calibration: Any) -> dict[str, Any]:
+    from fxdeploy.quantize.onnxruntime import quantize as quantize_onnx
+
+    return quantize_onnx(directory / "model.onnx", samples, calibration)
+
+
 def version() -> str | None:
     from fxdeploy.runtime.onnxruntime import version as ort_version
 
@@ -58,5 +65,7 @@ TARGET = Target(
     load=load,
     version=version,
     install_hint="pip install onnxruntime",
+    precisions=("fp32", "fp16", "int8"),
+    quantize=quantize,
     sections={"onnx": OnnxSettings},
 )

@@ -1,0 +1,224 @@
+"""INT8 on ONNX Runtime, measured on a model trained here: a small CNN on scikit-learn's bundled
+digits (1797 8x8 images, a fixed split), lowered with ``Settings(precision="int8")`` and
+calibration data through the default path (lower()'s check on, at its INT8 tolerance).
+
+- top-1 on the held-out split within 1 point of fp32, also after save/load and for each method;
+- the graph's float region (``fxdeploy/quantize/float_region.py``): without it, sigmoid scores
+  collapse onto uint8's 256 steps; with it, they stay distinct;
+- the calibration batch is its own (16 where the example has 4), within the dynamic batch;
+- bad calibration input: refused naming the sample, no artifact left behind, and a warning where
+  the calibration range misses the example's.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import fxdeploy
+from fxdeploy.errors import CalibrationWarning, FxDeployError, LoweringError
+from fxdeploy.parity.verify import INT8_ATOL
+from fxdeploy.quantize import onnxruntime as ort_quantize
+from tests.helpers import require_target
+
+sklearn_datasets = pytest.importorskip("sklearn.datasets", reason="scikit-learn (make test installs it)")
+
+INT8 = fxdeploy.Settings(precision="int8")
+BATCH = {"x": {0: ("batch", 1, 512)}}
+
+
+class DigitsNet(nn.Module):
+    def __init__(self, sigmoid_scores: bool = False) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1, stride=2), nn.ReLU(),
+            nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        )
+        self.classes = nn.Linear(32, 10)
+        self.sigmoid_scores = sigmoid_scores
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.classes(self.features(x))
+        return logits.sigmoid() if self.sigmoid_scores else logits
+
+
+@pytest.fixture(scope="module")
+def digits() -> dict[str, torch.Tensor]:
+    data = sklearn_datasets.load_digits()
+    images = torch.tensor(data.images, dtype=torch.float32)[:, None] / 16.0
+    labels = torch.tensor(data.target)
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+    train, test = order[:1400], order[1400:]
+    return {"train_x": images[train], "train_y": labels[train], "test_x": images[test], "test_y": labels[test]}
+
+
+def _trained(digits: dict[str, torch.Tensor], sigmoid_scores: bool = False) -> DigitsNet:
+    torch.manual_seed(0)
+    model = DigitsNet(sigmoid_scores)
+    optimizer = torch.optim.Adam(model.parameters(), 3e-3)
+    x, y = digits["train_x"], digits["train_y"]
+    for _ in range(15):
+        for i in range(0, len(x), 64):
+            logits = model.classes(model.features(x[i : i + 64]))
+            loss = nn.functional.cross_entropy(logits, y[i : i + 64])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def model(digits: dict[str, torch.Tensor]) -> DigitsNet:
+    return _trained(digits)
+
+
+def _calibration(digits: dict[str, torch.Tensor], count: int = 16, batch: int = 16) -> list[tuple[torch.Tensor]]:
+    return [(digits["train_x"][i * batch : (i + 1) * batch],) for i in range(count)]
+
+
+def _accuracy(outputs: torch.Tensor, labels: torch.Tensor) -> float:
+    return 100.0 * float((outputs.argmax(1) == labels).float().mean())
+
+
+@pytest.fixture(scope="module")
+def int8_model(model: DigitsNet, digits: dict[str, torch.Tensor]) -> fxdeploy.Deployed:
+    require_target("onnxruntime")
+    return fxdeploy.lower(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8,
+                          calibration=_calibration(digits))
+
+
+def test_int8_top1_is_within_one_point_of_fp32(
+    model: DigitsNet, int8_model: fxdeploy.Deployed, digits: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    with torch.no_grad():
+        fp32 = _accuracy(model(digits["test_x"]), digits["test_y"])
+    assert fp32 > 90.0, f"the model did not train ({fp32:.1f}%)"
+    int8 = _accuracy(int8_model(digits["test_x"]), digits["test_y"])
+    assert abs(int8 - fp32) <= 1.0, f"int8 {int8:.2f}% against fp32 {fp32:.2f}%"
+    int8_model.save(tmp_path / "digits")
+    loaded = fxdeploy.load(tmp_path / "digits")
+    assert torch.equal(loaded(digits["test_x"]), int8_model(digits["test_x"]))
+
+
+def test_the_manifest_says_how_it_was_quantized_and_checked(
+    int8_model: fxdeploy.Deployed, model: DigitsNet, digits: dict[str, torch.Tensor]
+) -> None:
+    info = int8_model.manifest["info"]["int8"]
+    assert info["format"] == "QDQ" and info["reduce_range"] is not ort_quantize.cpu_has_vnni()
+    assert info["calibration"] == {"samples": 16, "method": "minmax"}
+    assert list(info["float_ops"].values()) == ["the last weighted layer (Gemm) before output 'output'"]
+    checks = int8_model.manifest["info"]["shape_checks"]
+    assert {c["label"] for c in checks} >= {"example", "min", "max"}
+    # the check ran at the INT8 tolerance and saw INT8's rounding (never skipped, never exact)
+    assert all(0.0 < c["max_abs_error"] for c in checks)
+    with torch.no_grad():
+        scale = max(1.0, float(model(digits["test_x"][:4]).abs().max()))
+    example = next(c for c in checks if c["label"] == "example")
+    assert example["max_abs_error"] <= INT8_ATOL * scale
+
+
+@pytest.mark.parametrize("method", ["percentile", "entropy"])
+def test_other_calibration_methods(model: DigitsNet, digits: dict[str, torch.Tensor], method: str) -> None:
+    require_target("onnxruntime")
+    calibration = fxdeploy.Calibration(_calibration(digits, count=12), samples=12, method=method)
+    deployed = fxdeploy.lower(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8,
+                              calibration=calibration)
+    with torch.no_grad():
+        fp32 = _accuracy(model(digits["test_x"]), digits["test_y"])
+    assert abs(_accuracy(deployed(digits["test_x"]), digits["test_y"]) - fp32) <= 1.0
+    assert deployed.manifest["info"]["int8"]["calibration"] == {"samples": 12, "method": method}
+
+
+def test_without_the_float_region_sigmoid_scores_collapse(
+    digits: dict[str, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same trained network with sigmoid scores: its quantized tail rounds the scores onto
+    uint8's grid (at most 256 values over 3970 scores); kept float, they stay distinct."""
+    require_target("onnxruntime")
+    scorer = _trained(digits, sigmoid_scores=True)
+    example, test = (digits["test_x"][:4],), digits["test_x"]
+
+    def distinct(deployed: fxdeploy.Deployed) -> int:
+        return int(deployed(test).unique().numel())
+
+    kept = fxdeploy.lower(scorer, example, dynamic_shapes=BATCH, settings=INT8, calibration=_calibration(digits))
+    assert distinct(kept) > 0.9 * test.shape[0] * 10
+    monkeypatch.setattr(ort_quantize, "float_nodes", lambda model: {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rounded = fxdeploy.lower(scorer, example, dynamic_shapes=BATCH,
+                                 settings=fxdeploy.Settings(precision="int8", verify=False),
+                                 calibration=_calibration(digits))
+    assert distinct(rounded) <= 256
+
+
+def test_int8_needs_calibration_and_only_int8_takes_it(model: DigitsNet, digits: dict[str, torch.Tensor]) -> None:
+    example = (digits["test_x"][:4],)
+    with pytest.raises(FxDeployError, match=r"'int8' needs calibration data: pass lower\(\.\.\., calibration=\.\.\.\)"):
+        fxdeploy.lower(model, example, settings=INT8)
+    with pytest.raises(FxDeployError, match=r"calibration: given, but Settings.precision is 'fp32'"):
+        fxdeploy.lower(model, example, calibration=_calibration(digits))
+    with pytest.raises(LoweringError, match=r"target 'torchscript' supports \[.*\], got 'int8'; "
+                                            r"targets with int8: \['onnxruntime'\]"):
+        fxdeploy.lower(model, example, target="torchscript", settings=INT8, calibration=_calibration(digits))
+
+
+def _failing(data: object, model: DigitsNet, digits: dict[str, torch.Tensor], match: str,
+             monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """lower() with this calibration data raises ``match``, and leaves no artifact directory."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(FxDeployError, match=match):
+        fxdeploy.lower(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8, calibration=data)
+    assert not list(tmp_path.glob("fxdeploy-*")), "a failed INT8 lowering left its directory behind"
+
+
+def _raising_midway(digits: dict[str, torch.Tensor]):  # noqa: ANN202 - a generator
+    yield from _calibration(digits, count=3)
+    raise OSError("the image folder went away")
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda d: _calibration(d, count=3), r"calibration: 3 sample\(s\) given, 8 needed"),
+        (lambda d: fxdeploy.Calibration(_calibration(d, count=10), samples=12), r"10 sample\(s\) given, 12 needed"),
+        (lambda d: [], r"calibration: 0 sample\(s\) given, 8 needed"),
+        (_raising_midway, r"reading sample #3 raised OSError: the image folder went away"),
+        (lambda d: [*_calibration(d, 4), (d["train_x"][:2], d["train_x"][:2]), *_calibration(d, 4)],
+         r"calibration sample #4: expected the model's inputs as lower\(\) was given them \(1 tensor"),
+        (lambda d: [*_calibration(d, 5), (d["train_x"][:2].double(),)],
+         r"sample #5, input 'x': expected dtype torch.float32, got torch.float64"),
+        (lambda d: [*_calibration(d, 2), (d["train_x"][:2, :, :4],)],
+         r"sample #2, input 'x': dim 2 must be 8 \(the artifact's shape \['batch', 1, 8, 8\]\), got 4"),
+        (lambda d: [*_calibration(d, 6), (torch.zeros(513, 1, 8, 8),)],
+         r"sample #6, input 'x': dim 0 \(batch\) must be in \[1, 512\], got 513"),
+        (lambda d: [*_calibration(d, 7), (torch.full((2, 1, 8, 8), float("nan")),)],
+         r"sample #7, input 'x': holds NaN or inf"),
+    ],
+    ids=["too_few", "fewer_than_asked", "empty", "raises_midway", "structure", "dtype", "shape", "beyond_batch", "nan"],
+)
+def test_bad_calibration_names_the_sample(
+    make, match: str, model: DigitsNet, digits: dict[str, torch.Tensor],  # noqa: ANN001
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    require_target("onnxruntime")
+    _failing(make(digits), model, digits, match, monkeypatch, tmp_path)
+
+
+def test_calibration_far_from_the_example_warns_and_the_check_refuses(
+    model: DigitsNet, digits: dict[str, torch.Tensor]
+) -> None:
+    """Calibrated on dim images (a tenth of the brightness), the activation ranges clip the real
+    ones: a warning gives both ranges, and lower()'s INT8 check refuses the artifact."""
+    require_target("onnxruntime")
+    dim = [(x * 0.1,) for (x,) in _calibration(digits)]
+    with pytest.warns(CalibrationWarning, match=r"input 'x' spans \[0, 0\.1\] in the calibration samples but "
+                                                 r"\[0, 1\] in the example"), \
+            pytest.raises(LoweringError, match=r"output #0 differs from eager by .* \(tolerance"):
+        fxdeploy.lower(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8, calibration=dim)

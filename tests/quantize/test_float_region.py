@@ -1,0 +1,48 @@
+"""float_region: walking back from each output, the ops before (and including) the last weighted
+layer stay float; everything upstream is quantized. Read from op types only."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+from fxdeploy.quantize.float_region import float_nodes
+
+
+def _graph() -> onnx.ModelProto:
+    """x -> conv0 -> relu0 -> conv1 -> relu -> conv2 -> sigmoid -> scores;
+    relu -> conv3 -> add(relu) -> mul -> boxes."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0"),
+        helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+        helper.make_node("Conv", ["r0", "w1"], ["c1"], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Sigmoid", ["c2"], ["scores"], name="sigmoid"),
+        helper.make_node("Conv", ["r", "w3"], ["c3"], name="conv3"),
+        helper.make_node("Add", ["c3", "r"], ["a"], name="add"),
+        helper.make_node("Mul", ["a", "stride"], ["boxes"], name="decode"),
+    ]
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)  # noqa: E731
+    graph = helper.make_graph(nodes, "g", [value("x")], [value("scores"), value("boxes")])
+    return helper.make_model(graph)
+
+
+def test_the_tail_after_the_last_weighted_layers_stays_float() -> None:
+    kept = float_nodes(_graph())
+    # the residual add reaches relu, then conv1: the last weighted layer on that path to 'boxes'
+    assert set(kept) == {"sigmoid", "conv2", "decode", "add", "conv3", "relu", "conv1"}  # conv0, relu0 quantized
+    assert kept["sigmoid"] == "between the last weighted layer and output 'scores'"
+    assert kept["conv2"] == "the last weighted layer (Conv) before output 'scores'"
+
+
+def test_a_chain_keeps_only_its_tail() -> None:
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r"], name="relu"),
+        helper.make_node("Gemm", ["r", "w2"], ["logits"], name="fc"),
+        helper.make_node("Softmax", ["logits"], ["p"], name="softmax"),
+    ]
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)  # noqa: E731
+    model = helper.make_model(helper.make_graph(nodes, "g", [value("x")], [value("p")]))
+    assert set(float_nodes(model)) == {"softmax", "fc"}
