@@ -12,7 +12,7 @@ from fxdeploy.errors import ArtifactError, TargetUnavailableError
 from fxdeploy.runtime.executor import Executor, stream_count
 from fxdeploy.settings import Settings
 
-_PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
+_PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "f32"}  # int8: its float region in f32
 
 
 class OpenVinoExecutor(Executor):

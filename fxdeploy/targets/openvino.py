@@ -8,6 +8,7 @@ threshold, one float32 step higher for OpenVINO, whose NMS suppresses at IoU == 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
@@ -29,6 +30,12 @@ def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     return OpenVinoExecutor(directory / "model.onnx", names, settings)
 
 
+def quantize(directory: Path, samples: list[dict[str, Any]], calibration: Any) -> dict[str, Any]:
+    from fxdeploy.quantize.openvino import quantize as quantize_nncf
+
+    return quantize_nncf(directory / "model.onnx", samples, calibration)
+
+
 def version() -> str | None:
     from fxdeploy.runtime.openvino import version as openvino_version
 
@@ -42,6 +49,7 @@ TARGET = Target(
     load=load,
     version=version,
     install_hint="pip install fxdeploy[openvino]",
-    precisions=("fp32", "fp16", "bf16"),
+    precisions=("fp32", "fp16", "bf16", "int8"),
+    quantize=quantize,
     sections={"onnx": OnnxSettings},
 )

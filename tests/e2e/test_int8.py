@@ -29,6 +29,8 @@ from tests.helpers import require_target
 sklearn_datasets = pytest.importorskip("sklearn.datasets", reason="scikit-learn (make test installs it)")
 
 INT8 = fxdeploy.Settings(precision="int8")
+TARGETS = ["onnxruntime", "openvino"]
+METHODS = {"onnxruntime": ["percentile", "entropy"], "openvino": ["percentile"]}
 BATCH = {"x": {0: ("batch", 1, 512)}}
 
 
@@ -86,10 +88,10 @@ def _accuracy(outputs: torch.Tensor, labels: torch.Tensor) -> float:
     return 100.0 * float((outputs.argmax(1) == labels).float().mean())
 
 
-@pytest.fixture(scope="module")
-def int8_model(model: DigitsNet, digits: dict[str, torch.Tensor]) -> fxdeploy.Deployed:
-    require_target("onnxruntime")
-    return fxdeploy.lower(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8,
+@pytest.fixture(scope="module", params=TARGETS)
+def int8_model(request: pytest.FixtureRequest, model: DigitsNet, digits: dict[str, torch.Tensor]) -> fxdeploy.Deployed:
+    require_target(request.param)
+    return fxdeploy.lower(model, (digits["test_x"][:4],), target=request.param, dynamic_shapes=BATCH, settings=INT8,
                           calibration=_calibration(digits))
 
 
@@ -110,7 +112,10 @@ def test_the_manifest_says_how_it_was_quantized_and_checked(
     int8_model: fxdeploy.Deployed, model: DigitsNet, digits: dict[str, torch.Tensor]
 ) -> None:
     info = int8_model.manifest["info"]["int8"]
-    assert info["format"] == "QDQ" and info["reduce_range"] is not ort_quantize.cpu_has_vnni()
+    if int8_model.target == "onnxruntime":
+        assert info["format"] == "QDQ" and info["reduce_range"] is not ort_quantize.cpu_has_vnni()
+    else:
+        assert info["tool"].startswith("nncf ")
     assert info["calibration"] == {"samples": 16, "method": "minmax"}
     assert list(info["float_ops"].values()) == ["the last weighted layer (Gemm) before output 'output'"]
     checks = int8_model.manifest["info"]["shape_checks"]
@@ -123,11 +128,11 @@ def test_the_manifest_says_how_it_was_quantized_and_checked(
     assert example["max_abs_error"] <= INT8_ATOL * scale
 
 
-@pytest.mark.parametrize("method", ["percentile", "entropy"])
-def test_other_calibration_methods(model: DigitsNet, digits: dict[str, torch.Tensor], method: str) -> None:
-    require_target("onnxruntime")
+@pytest.mark.parametrize(("target", "method"), [(t, m) for t in TARGETS for m in METHODS[t]])
+def test_other_calibration_methods(model: DigitsNet, digits: dict[str, torch.Tensor], target: str, method: str) -> None:
+    require_target(target)
     calibration = fxdeploy.Calibration(_calibration(digits, count=12), samples=12, method=method)
-    deployed = fxdeploy.lower(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8,
+    deployed = fxdeploy.lower(model, (digits["test_x"][:4],), target=target, dynamic_shapes=BATCH, settings=INT8,
                               calibration=calibration)
     with torch.no_grad():
         fp32 = _accuracy(model(digits["test_x"]), digits["test_y"])
@@ -158,6 +163,15 @@ def test_without_the_float_region_sigmoid_scores_collapse(
     assert distinct(rounded) <= 256
 
 
+def test_openvino_has_no_entropy_calibration(model: DigitsNet, digits: dict[str, torch.Tensor]) -> None:
+    require_target("openvino")
+    calibration = fxdeploy.Calibration(_calibration(digits), method="entropy")
+    with pytest.raises(FxDeployError, match=r"method 'entropy': the openvino target \(NNCF\) calibrates with "
+                                            r"\['minmax', 'percentile'\]"):
+        fxdeploy.lower(model, (digits["test_x"][:4],), target="openvino", dynamic_shapes=BATCH, settings=INT8,
+                       calibration=calibration)
+
+
 def test_int8_needs_calibration_and_only_int8_takes_it(model: DigitsNet, digits: dict[str, torch.Tensor]) -> None:
     example = (digits["test_x"][:4],)
     with pytest.raises(FxDeployError, match=r"'int8' needs calibration data: pass lower\(\.\.\., calibration=\.\.\.\)"):
@@ -165,7 +179,7 @@ def test_int8_needs_calibration_and_only_int8_takes_it(model: DigitsNet, digits:
     with pytest.raises(FxDeployError, match=r"calibration: given, but Settings.precision is 'fp32'"):
         fxdeploy.lower(model, example, calibration=_calibration(digits))
     with pytest.raises(LoweringError, match=r"target 'torchscript' supports \[.*\], got 'int8'; "
-                                            r"targets with int8: \['onnxruntime'\]"):
+                                            r"targets with int8: \['onnxruntime', 'openvino'\]"):
         fxdeploy.lower(model, example, target="torchscript", settings=INT8, calibration=_calibration(digits))
 
 
