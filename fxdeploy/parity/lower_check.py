@@ -27,11 +27,11 @@ def check_artifact(
     """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.parity.verify)."""
     leaves = deployed.manifest["output_leaves"]
     example_want = None
-    if captured.substitutions and settings.precision == "fp32":  # the references below run them too
+    if captured.substitutions:  # the references below run them too
         example = captured.batch_inputs if captured.per_image is not None else captured.example_inputs
         with stage("check against the model without substitutions", deployed.target):
             excused = verify.against_original(deployed, model, example, captured.in_spec, captured.substitutions,
-                                              settings.atol)
+                                              verify.tolerance(settings))
         deployed.manifest["info"]["original_check"] = {"shapes": [list(x.shape) for x in example], "excused": excused}
     if captured.per_image is not None:
         return _verify_per_image(deployed, captured, model, subs, settings, leaves)

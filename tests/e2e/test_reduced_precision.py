@@ -98,6 +98,33 @@ def _above(result: dict[str, torch.Tensor], threshold: float) -> dict[str, torch
 def test_a_target_without_bf16_refuses_it_by_name(target: str) -> None:
     _available(target)
     model, x = _classifier()
-    with pytest.raises(LoweringError, match=rf"Settings.precision: target '{target}' supports \['fp32', 'fp16'\], "
+    with pytest.raises(LoweringError, match=rf"Settings.precision: target '{target}' supports \['fp32', 'fp16'(, 'int8')?\], "
                        r"got 'bf16'; targets with bf16: .*openvino"):
         fxdeploy.lower(model, (x,), target=target, settings=SETTINGS["bf16"])
+
+
+def test_ncnn_fp16_runs_the_whole_engine_in_fp16(tmp_path: Path) -> None:
+    """ncnn's fp16 (``Settings(precision="fp16")`` or ``ncnn.fp16``) is its own: the whole engine
+    stores and computes in fp16, with no precision policy (ncnn has no per-layer precision), while
+    the host stages (the NMS, the padding) stay fp32. The same documented tolerances hold: a
+    classifier's logits within 1e-2, the detector's detections paired with scores within 2e-2."""
+    _available("ncnn")
+    settings = SETTINGS["fp16"]
+    model, x = _classifier()
+    deployed = fxdeploy.lower(model, (x,), target="ncnn", settings=settings,
+                              dynamic_shapes={"pixel_values": {0: ("batch", 1, 4)}})
+    assert deployed.manifest["info"]["precision"] == {"policy": "fp16"}
+    with torch.no_grad():
+        want = model(x).logits
+    error = (deployed(x).logits - want).abs().max().item() / max(1.0, want.abs().max().item())
+    assert 1e-5 < error <= settings.atol  # it ran in fp16 (not fp32), within the tolerance
+    detector_model, (images,) = detector.tiny_yolo()
+    deployed = fxdeploy.lower(detector_model, (images,), target="ncnn", settings=settings,
+                              dynamic_shapes={"images": {0: ("batch", 1, 4)}})
+    with torch.no_grad():
+        want = detector_model(images)
+    got = deployed(images)
+    assert sum(len(w["scores"]) for w in want) > 0
+    near = abs(detector_model.conf_threshold)
+    assert_same_detections([_above(w, near + 2e-2) for w in want], [_above(g, near + 2e-2) for g in got],
+                           iou=0.9, score_atol=2e-2)

@@ -64,11 +64,14 @@ def _model_and_images() -> tuple[TinyPose, torch.Tensor]:
     return model, images
 
 
-def test_lower_refuses_the_wrong_substitution() -> None:
+@pytest.mark.parametrize("settings", [fxdeploy.Settings(), fxdeploy.Settings(precision="fp16", atol=1e-2)],
+                         ids=["fp32", "fp16"])
+def test_lower_refuses_the_wrong_substitution(settings: fxdeploy.Settings) -> None:
+    """At fp16 too: the check against the model itself once ran at fp32 only."""
     model, images = _model_and_images()
     wrong = {TinyPose.postprocess: Substitution(TinyPose.postprocess, off_by_one, unpack=unpack)}
     with pytest.raises(fxdeploy.FxDeployError, match="keypoints"):
-        fxdeploy.lower(model, (images,), target="onnxruntime", substitutions=wrong)
+        fxdeploy.lower(model, (images,), target="onnxruntime", substitutions=wrong, settings=settings)
 
 
 def test_without_substitution_the_keypoints_match() -> None:

@@ -68,3 +68,25 @@ def test_a_label_is_part_of_the_detection() -> None:
     labels = torch.tensor([1, 2, 2])
     with pytest.raises(LoweringError, match=r"image 0 row 0: missing label 1"):
         compare("example", [], [BOXES, labels.flip(0)], [BOXES, labels], 1e-4, "onnxruntime", [0, 0])
+
+
+@pytest.mark.parametrize(("precision", "atol"), [("fp16", 1e-2), ("bf16", 3e-2), ("int8", 0.1)])
+def test_reduced_precision_still_compares_detections(precision: str, atol: float) -> None:
+    """fp16, bf16 and INT8 artifacts' detections are paired and compared at the check's tolerance
+    (they were skipped once): a score within it passes, one beyond it, or a box moved, is refused."""
+    from fxdeploy.parity.rows import RowsSpec
+
+    spec = RowsSpec(0, "nms", iou_threshold=0.5, score_thresholds=(0.05,))
+    scores, labels = torch.tensor([0.9, 0.6, 0.3]), torch.tensor([1, 2, 2])
+    want = [BOXES, scores, labels]
+
+    def check(got: list[torch.Tensor]) -> float:
+        return compare("example", [], got, want, atol, "onnxruntime", [spec] * 3, precision).max_abs_error
+
+    assert check([BOXES, scores + atol / 2, labels]) == pytest.approx(atol / 2)
+    with pytest.raises(LoweringError, match=r"image 0"):
+        check([BOXES, scores + atol * 3, labels])
+    moved = BOXES.clone()
+    moved[1] += 8.0
+    with pytest.raises(LoweringError, match=r"image 0"):
+        check([moved, scores, labels])
