@@ -98,8 +98,8 @@ def _above(result: dict[str, torch.Tensor], threshold: float) -> dict[str, torch
 def test_a_target_without_bf16_refuses_it_by_name(target: str) -> None:
     _available(target)
     model, x = _classifier()
-    with pytest.raises(LoweringError, match=rf"Settings.precision: target '{target}' supports \['fp32', 'fp16'(, 'int8')?\], "
-                       r"got 'bf16'; targets with bf16: .*openvino"):
+    with pytest.raises(LoweringError, match=rf"Settings.precision: target '{target}' supports "
+                       r"\['fp32', 'fp16'(, 'int8')?\], got 'bf16'; targets with bf16: .*openvino"):
         fxdeploy.lower(model, (x,), target=target, settings=SETTINGS["bf16"])
 
 
