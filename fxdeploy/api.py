@@ -30,7 +30,7 @@ from fxdeploy.parity.lower_check import check_artifact
 from fxdeploy.passes.base import PipelineReport, run_pipeline
 from fxdeploy.passes.record import record, update
 from fxdeploy.quantize import Calibration
-from fxdeploy.quantize.calibration import calibration_for, calibration_samples
+from fxdeploy.quantize.calibration import Calibrated, calibration_for, calibration_samples
 from fxdeploy.settings import Settings
 from fxdeploy.stages import stage
 from fxdeploy.targets import Lowered, LoweringJob, Target, check_precision, describe, get_target, origin_of
@@ -137,12 +137,11 @@ def _lower_graph(
         with stage("vectorize", chosen.name):
             job = batching.vectorized_job(job, captured, engine)
     try:
+        if calibration is not None:  # the target quantizes in its lowering (TensorRT: before its engine build)
+            samples = calibration_samples(calibration, captured, per_image_engine=not engine.vectorize)
+            job.calibration = Calibrated(calibration, samples)
         with stage("lowering", chosen.name):
             lowered = _lower(chosen, job)
-        if calibration is not None:
-            with stage("int8 calibration", chosen.name):
-                samples = calibration_samples(calibration, captured, per_image_engine=not engine.vectorize)
-                lowered.info["int8"] = chosen.quantize(out_dir, samples, calibration)
         manifest = _manifest(chosen, captured, gm, leaves, tensor_names, settings, lowered.files, lowered.info)
         batching.describe(manifest, engine)
         manifest["files"] = {name: artifact.sha256(out_dir / name) for name in lowered.files}

@@ -135,7 +135,9 @@ def _network_flags(trt: Any, settings: Settings) -> int:
     """fp32: default flags (explicit batch is the only mode in TensorRT 10+). fp16/bf16: the ONNX
     already carries the precision policy's casts (NMS inputs, scores and box decoding in fp32),
     so the network is strongly typed and TensorRT keeps exactly those types; a weakly typed
-    network with the FP16/BF16 builder flag could move the excluded ops to half precision too."""
+    network with the FP16/BF16 builder flag could move the excluded ops to half precision too.
+    int8: the ONNX carries explicit Q/DQ pairs (``targets.tensorrt.tensorrt_onnx``), which a
+    strongly typed network runs as written, with no INT8 builder flag or calibrator."""
     if settings.precision == "fp32":
         return 0
     return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)

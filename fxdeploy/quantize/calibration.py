@@ -74,6 +74,15 @@ class Calibration:
         return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class Calibrated:
+    """What a target's lowering gets for INT8 (``LoweringJob.calibration``): the user's
+    Calibration, and its samples read as the engine's named input arrays."""
+
+    calibration: Calibration
+    samples: list[dict[str, np.ndarray]]
+
+
 def as_calibration(value: Any) -> Calibration:
     """``lower(calibration=...)``: a Calibration, or a bare iterable of samples."""
     if isinstance(value, Calibration):

@@ -13,13 +13,14 @@ import logging
 import os
 import platform
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fxdeploy.quantize.calibration import Calibration
+from fxdeploy.quantize.calibration import Calibrated
 from fxdeploy.quantize.float_region import float_nodes
 
 logger = logging.getLogger(__name__)
@@ -36,16 +37,51 @@ def cpu_has_vnni() -> bool:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
-def quantize(model_path: Path, samples: list[dict[str, np.ndarray]], calibration: Calibration) -> dict[str, Any]:
-    """Replace ``model_path`` by its INT8 model (atomically); returns what the manifest records."""
+def quantize(model_path: Path, calibrated: Calibrated, symmetric: bool = False) -> dict[str, Any]:
+    """Replace ``model_path`` by its INT8 model (atomically); returns what the manifest records.
+    ``symmetric``: int8 activations and weights, zero points 0, full range (what TensorRT's
+    explicit quantization reads), instead of ONNX Runtime's CPU choice."""
+    calibration, samples = calibrated.calibration, calibrated.samples
     import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    keep = float_nodes(model)
+    vnni = cpu_has_vnni()
+    reduce_range = not vnni and not symmetric
+    types = ((QuantType.QInt8, QuantType.QInt8) if symmetric else (QuantType.QUInt8, QuantType.QInt8))
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=model_path.parent)
+    os.close(fd)
+    try:
+        with _quiet_root():
+            quantize_static(
+                str(model_path), tmp, _reader(samples), quant_format=QuantFormat.QDQ, per_channel=True,
+                reduce_range=reduce_range, activation_type=types[0], weight_type=types[1],
+                nodes_to_exclude=sorted(keep),
+                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True} if symmetric else None,
+                calibrate_method=getattr(CalibrationMethod, METHODS[calibration.method]),
+            )
+        os.replace(tmp, model_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    if symmetric:
+        why = "symmetric int8 (zero points 0): TensorRT's explicit quantization"
+    elif vnni:
+        why = f"{platform.machine()} CPU with VNNI: full-range int8 weights"
+    else:
+        why = "no VNNI on this CPU: 7-bit weights (reduce_range), so U8S8 sums cannot saturate"
+    return {
+        "format": "QDQ", "activations": "int8, symmetric" if symmetric else "uint8", "weights": "int8, per channel",
+        "reduce_range": reduce_range, "why": why,
+        "calibration": {"samples": len(samples), "method": calibration.method},
+        "float_ops": keep,
+    }
+
+
+def _reader(samples: list[dict[str, np.ndarray]]) -> Any:
+    """The samples as ONNX Runtime's CalibrationDataReader."""
+    from onnxruntime.quantization import CalibrationDataReader
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -54,31 +90,7 @@ def quantize(model_path: Path, samples: list[dict[str, np.ndarray]], calibration
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.items, None)
 
-    model = onnx.load(str(model_path), load_external_data=False)
-    keep = float_nodes(model)
-    vnni = cpu_has_vnni()
-    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=model_path.parent)
-    os.close(fd)
-    try:
-        with _quiet_root():
-            quantize_static(
-                str(model_path), tmp, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                reduce_range=not vnni, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                nodes_to_exclude=sorted(keep),
-                calibrate_method=getattr(CalibrationMethod, METHODS[calibration.method]),
-            )
-        os.replace(tmp, model_path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return {
-        "format": "QDQ", "activations": "uint8", "weights": "int8, per channel",
-        "reduce_range": not vnni,
-        "why": (f"{platform.machine()} CPU with VNNI: full-range int8 weights" if vnni else
-                "no VNNI on this CPU: 7-bit weights (reduce_range), so U8S8 sums cannot saturate"),
-        "calibration": {"samples": len(samples), "method": calibration.method},
-        "float_ops": keep,
-    }
+    return Reader()
 
 
 @contextlib.contextmanager
@@ -95,6 +107,8 @@ def _quiet_root() -> Iterator[None]:
     root = logging.getLogger()
     root.addFilter(divert)
     try:
-        yield
+        with warnings.catch_warnings():  # numpy's divide warnings for a constant (zero-range) tensor
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"onnxruntime\.")
+            yield
     finally:
         root.removeFilter(divert)

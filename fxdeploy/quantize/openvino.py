@@ -19,18 +19,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fxdeploy.errors import FxDeployError
-from fxdeploy.quantize.calibration import Calibration
+from fxdeploy.quantize.calibration import Calibrated
 from fxdeploy.quantize.float_region import float_nodes
 
 logger = logging.getLogger(__name__)
 ESTIMATORS = {"minmax": "MINMAX", "percentile": "MEAN_QUANTILE"}
 
 
-def quantize(model_path: Path, samples: list[dict[str, np.ndarray]], calibration: Calibration) -> dict[str, Any]:
+def quantize(model_path: Path, calibrated: Calibrated) -> dict[str, Any]:
     """Replace ``model_path`` by NNCF's INT8 model (atomically); returns what the manifest records."""
+    calibration, samples = calibrated.calibration, calibrated.samples
     if calibration.method not in ESTIMATORS:
         raise FxDeployError(f"Calibration.method {calibration.method!r}: the openvino target (NNCF) calibrates "
                             f"with {sorted(ESTIMATORS)}")

@@ -112,6 +112,7 @@ def check_precision(target: Target, precision: str) -> None:
     others = [name for name, other in all_targets().items() if precision in other.precisions]
     raise LoweringError(
         f"Settings.precision: target {target.name!r} supports {list(target.precisions)}, got {precision!r}"
+        + (f" ({target.unsupported[precision]})" if precision in target.unsupported else "")
         + (f"; targets with {precision}: {others}" if others else "")
     )
 

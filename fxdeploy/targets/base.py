@@ -32,6 +32,9 @@ class LoweringJob:
     # the ExportedProgram that graph_module is taken from, where there is one (capture's when no pass
     # changed the graph, vectorize's for a batched engine): exported as is, not traced again
     exported_program: torch.export.ExportedProgram | None = None
+    # Settings.precision "int8": the calibration and its samples (fxdeploy.quantize.Calibrated);
+    # a target that lists int8 in its precisions quantizes from them in its lowering
+    calibration: Any = None
 
 
 @dataclass
@@ -50,11 +53,10 @@ class Target:
     install_hint: str
     unavailable_reason: Callable[[], str | None] | None = None
     precisions: tuple[str, ...] = ("fp32", "fp16")
-    """the ``Settings.precision`` values this target runs as asked; any other is refused, never ignored."""
-    quantize: Callable[[Path, list[dict[str, Any]], Any], dict[str, Any]] | None = None
-    """INT8 (``Settings.precision`` "int8"): rewrites the lowered files in the artifact directory
-    from calibration samples (named input arrays) and a ``fxdeploy.Calibration``; returns what the
-    manifest records. Targets with it list "int8" in ``precisions``."""
+    """the ``Settings.precision`` values this target runs as asked; any other is refused, never ignored.
+    A target with "int8" quantizes in its lowering, from ``LoweringJob.calibration``."""
+    unsupported: Mapping[str, str] = field(default_factory=dict)
+    """why a precision is not in ``precisions``, and what to use instead: said when it is refused."""
     batched_engine: bool = True
     """the engine takes a batch: a per-image graph is vectorized for it (``Settings.batching``).
     False where the engine runs one image at a time (ncnn's extractor)."""

@@ -69,5 +69,7 @@ TARGET = Target(
     install_hint=INSTALL,
     unavailable_reason=unavailable_reason,
     batched_engine=False,  # its extractor takes one image
+    unsupported={"int8": "ncnn's INT8 needs its ncnn2table and ncnn2int8 tools, which the ncnn and pnnx wheels do "
+                         "not ship (build them from ncnn's source); use onnxruntime or openvino for INT8 on a CPU"},
     sections={"ncnn": NcnnSettings},
 )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
+from fxdeploy.stages import stage
 from fxdeploy.targets.base import Lowered, LoweringJob, Target
 from fxdeploy.targets.sections import OnnxSettings
 
@@ -39,17 +39,22 @@ def lower_onnx(job: LoweringJob, *, flavour: str = "standard", opset: int = OPSE
     return Lowered(files, {"onnx_opset": opset, "onnx_ir_version": program.model.ir_version})
 
 
+def lower(job: LoweringJob) -> Lowered:
+    """The ONNX; for INT8, quantized by ONNX Runtime's quantize_static (fxdeploy.quantize.onnxruntime)."""
+    lowered = lower_onnx(job)
+    if job.calibration is not None:
+        from fxdeploy.quantize.onnxruntime import quantize
+
+        with stage("int8 calibration", "onnxruntime"):
+            lowered.info["int8"] = quantize(job.out_dir / "model.onnx", job.calibration)
+    return lowered
+
+
 def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     from fxdeploy.runtime.onnxruntime import OrtExecutor
 
     names = [o["name"] for o in manifest["outputs"]]
     return OrtExecutor(directory / "model.onnx", names, settings)
-
-
-def quantize(directory: Path, samples: list[dict[str, Any]], calibration: Any) -> dict[str, Any]:
-    from fxdeploy.quantize.onnxruntime import quantize as quantize_onnx
-
-    return quantize_onnx(directory / "model.onnx", samples, calibration)
 
 
 def version() -> str | None:
@@ -61,11 +66,10 @@ def version() -> str | None:
 TARGET = Target(
     name="onnxruntime",
     pipeline=pipeline_for("onnxruntime"),
-    lower=lower_onnx,
+    lower=lower,
     load=load,
     version=version,
     install_hint="pip install onnxruntime",
     precisions=("fp32", "fp16", "int8"),
-    quantize=quantize,
     sections={"onnx": OnnxSettings},
 )

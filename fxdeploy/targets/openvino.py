@@ -8,19 +8,26 @@ threshold, one float32 step higher for OpenVINO, whose NMS suppresses at IoU == 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
+from fxdeploy.stages import stage
 from fxdeploy.targets.base import Lowered, LoweringJob, Target
 from fxdeploy.targets.onnxruntime import lower_onnx
 from fxdeploy.targets.sections import OnnxSettings
 
 
 def lower(job: LoweringJob) -> Lowered:
-    return lower_onnx(job, flavour="openvino")
+    """The ONNX; for INT8, quantized by NNCF (fxdeploy.quantize.openvino)."""
+    lowered = lower_onnx(job, flavour="openvino")
+    if job.calibration is not None:
+        from fxdeploy.quantize.openvino import quantize
+
+        with stage("int8 calibration", "openvino"):
+            lowered.info["int8"] = quantize(job.out_dir / "model.onnx", job.calibration)
+    return lowered
 
 
 def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
@@ -28,12 +35,6 @@ def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
 
     names = [o["name"] for o in manifest["outputs"]]
     return OpenVinoExecutor(directory / "model.onnx", names, settings)
-
-
-def quantize(directory: Path, samples: list[dict[str, Any]], calibration: Any) -> dict[str, Any]:
-    from fxdeploy.quantize.openvino import quantize as quantize_nncf
-
-    return quantize_nncf(directory / "model.onnx", samples, calibration)
 
 
 def version() -> str | None:
@@ -50,6 +51,5 @@ TARGET = Target(
     version=version,
     install_hint="pip install fxdeploy[openvino]",
     precisions=("fp32", "fp16", "bf16", "int8"),
-    quantize=quantize,
     sections={"onnx": OnnxSettings},
 )

@@ -15,6 +15,7 @@ from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
+from fxdeploy.stages import stage
 from fxdeploy.targets.base import Lowered, LoweringJob, Target
 from fxdeploy.targets.onnxruntime import lower_onnx
 from fxdeploy.targets.sections import OnnxSettings, TensorRTSettings
@@ -30,8 +31,17 @@ OPSET = 20
 
 
 def tensorrt_onnx(job: LoweringJob) -> Lowered:
-    """The ONNX step alone: what the TensorRT parser will see."""
-    return lower_onnx(job, flavour=job.settings.tensorrt.nms_flavour, opset=OPSET)
+    """The ONNX step alone: what the TensorRT parser will see. For INT8, explicitly quantized:
+    symmetric int8 Q/DQ pairs from the calibration (the graph's float region left float), which a
+    strongly typed network builds as written (TensorRT 10 deprecates, and 11 removes, its implicit
+    INT8 calibrator)."""
+    lowered = lower_onnx(job, flavour=job.settings.tensorrt.nms_flavour, opset=OPSET)
+    if job.calibration is not None:
+        from fxdeploy.quantize.onnxruntime import quantize
+
+        with stage("int8 calibration", "tensorrt"):
+            lowered.info["int8"] = quantize(job.out_dir / "model.onnx", job.calibration, symmetric=True)
+    return lowered
 
 
 def lower(job: LoweringJob) -> Lowered:
@@ -72,7 +82,7 @@ TARGET = Target(
     load=load,
     version=version,
     install_hint="install TensorRT 10+ (pip install fxdeploy[tensorrt]) on a machine with a CUDA GPU",
-    precisions=("fp32", "fp16", "bf16"),
+    precisions=("fp32", "fp16", "bf16", "int8"),
     unavailable_reason=unavailable_reason,
     sections={"onnx": OnnxSettings, "tensorrt": TensorRTSettings},
 )

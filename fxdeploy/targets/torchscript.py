@@ -48,4 +48,6 @@ TARGET = Target(
     version=version,
     install_hint="pip install torch",
     precisions=("fp32", "fp16", "bf16"),
+    unsupported={"int8": "no maintained tool quantizes a TorchScript graph: torch.ao.quantization is deprecated "
+                         "for torchao, whose INT8 does not script; use onnxruntime or openvino for INT8 on a CPU"},
 )

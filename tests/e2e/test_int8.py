@@ -178,9 +178,13 @@ def test_int8_needs_calibration_and_only_int8_takes_it(model: DigitsNet, digits:
         fxdeploy.lower(model, example, settings=INT8)
     with pytest.raises(FxDeployError, match=r"calibration: given, but Settings.precision is 'fp32'"):
         fxdeploy.lower(model, example, calibration=_calibration(digits))
-    with pytest.raises(LoweringError, match=r"target 'torchscript' supports \[.*\], got 'int8'; "
-                                            r"targets with int8: \['onnxruntime', 'openvino'\]"):
-        fxdeploy.lower(model, example, target="torchscript", settings=INT8, calibration=_calibration(digits))
+    for target, why in [("torchscript", "no maintained tool quantizes a TorchScript graph"),
+                        ("ncnn", "ncnn's INT8 needs its ncnn2table and ncnn2int8 tools")]:
+        require_target(target)
+        with pytest.raises(LoweringError, match=rf"target '{target}' supports \[.*\], got 'int8' \({why}.*use "
+                           r"onnxruntime or openvino for INT8 on a CPU\); targets with int8: "
+                           r"\['onnxruntime', 'openvino', 'tensorrt'\]"):
+            fxdeploy.lower(model, example, target=target, settings=INT8, calibration=_calibration(digits))
 
 
 def _failing(data: object, model: DigitsNet, digits: dict[str, torch.Tensor], match: str,
@@ -236,3 +240,42 @@ def test_calibration_far_from_the_example_warns_and_the_check_refuses(
                                                  r"\[0, 1\] in the example"), \
             pytest.raises(LoweringError, match=r"output #0 differs from eager by .* \(tolerance"):
         fxdeploy.lower(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8, calibration=dim)
+
+
+def test_tensorrt_int8_onnx_is_symmetric_qdq_and_accurate_on_onnxruntime(
+    model: DigitsNet, digits: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    """The ONNX the TensorRT engine is built from (``tensorrt_onnx``), at INT8: symmetric int8 Q/DQ
+    pairs (every zero point 0, what TensorRT's explicit quantization reads), the last Gemm float,
+    and run here on ONNX Runtime, top-1 within 1 point of fp32 (the engine itself needs a GPU)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from fxdeploy.capture import capture
+    from fxdeploy.passes.base import run_pipeline
+    from fxdeploy.passes.record import record, update
+    from fxdeploy.quantize.calibration import Calibrated, calibration_samples
+    from fxdeploy.targets import LoweringJob, get_target
+    from fxdeploy.targets.tensorrt import tensorrt_onnx
+
+    captured = capture(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8)
+    gm = captured.graph_module
+    update(gm, output_names=tuple(captured.output_names))
+    gm, _ = run_pipeline(gm, get_target("tensorrt").pipeline, INT8)
+    names = [leaf["name"] for leaf in record(gm).output_leaves if leaf["kind"] != "constant"]
+    calibration = fxdeploy.Calibration(_calibration(digits))
+    job = LoweringJob(gm, captured.example_inputs, captured.input_names, names, captured.export_dynamic_shapes,
+                      INT8, tmp_path, calibration=Calibrated(calibration, calibration_samples(calibration, captured,
+                                                                                              True)))
+    info = tensorrt_onnx(job).info["int8"]
+    assert info["activations"] == "int8, symmetric" and list(info["float_ops"]) == ["node_linear"]
+    graph = onnx.load(str(tmp_path / "model.onnx")).graph
+    initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    zero_points = [initializers[n.input[2]] for n in graph.node if n.op_type == "QuantizeLinear"]
+    assert zero_points and all(z.dtype.name == "int8" and not z.any() for z in zero_points)
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(None, {"x": digits["test_x"].numpy()})
+    with torch.no_grad():
+        fp32 = _accuracy(model(digits["test_x"]), digits["test_y"])
+    assert abs(_accuracy(torch.from_numpy(logits), digits["test_y"]) - fp32) <= 1.0
