@@ -12,6 +12,7 @@ calibration data through the default path (lower()'s check on, at its INT8 toler
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import warnings
 from pathlib import Path
@@ -279,3 +280,28 @@ def test_tensorrt_int8_onnx_is_symmetric_qdq_and_accurate_on_onnxruntime(
     with torch.no_grad():
         fp32 = _accuracy(model(digits["test_x"]), digits["test_y"])
     assert abs(_accuracy(torch.from_numpy(logits), digits["test_y"]) - fp32) <= 1.0
+
+
+def test_the_artifact_cache_keys_on_the_calibration_values(
+    model: DigitsNet, digits: dict[str, torch.Tensor], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same calibration is a hit (a generator, read once, included); other values miss."""
+    from fxdeploy.settings import CacheSettings
+
+    def outcomes() -> list[str]:
+        return [r.getMessage().split()[1] for r in caplog.records if r.getMessage().startswith("cache ")]
+
+    require_target("onnxruntime")
+    caplog.set_level(logging.INFO, logger="fxdeploy.cache.store")
+    settings = fxdeploy.Settings(precision="int8", cache=CacheSettings(enabled=True, dir=str(tmp_path)))
+    example = (digits["test_x"][:4],)
+    first = fxdeploy.lower(model, example, dynamic_shapes=BATCH, settings=settings, calibration=_calibration(digits))
+    again = fxdeploy.lower(model, example, dynamic_shapes=BATCH, settings=settings,
+                           calibration=(sample for sample in _calibration(digits)))
+    assert outcomes() == ["miss", "store", "hit"]
+    assert again.manifest["info"]["int8"] == first.manifest["info"]["int8"]
+    assert torch.equal(again(digits["test_x"]), first(digits["test_x"]))
+    other = [(x * 0.9,) for (x,) in _calibration(digits)]
+    with pytest.warns(CalibrationWarning):  # 0.9 of the brightness: the example reaches past it
+        fxdeploy.lower(model, example, dynamic_shapes=BATCH, settings=settings, calibration=other)
+    assert outcomes() == ["miss", "store", "hit", "miss", "store"]
