@@ -25,15 +25,25 @@ moves a 0.3 score by 3e-4 between runtimes, and a 0.077 score by 2.1e-4 (2.7e-3 
 ONNX Runtime runs the box head on every image's proposals in one matmul (the graph vectorized)."""
 
 
+INT8_MIN_PAIRED = 0.95
+"""An INT8 artifact's detections need not be eager's set: quantization moves scores across the
+threshold, argmaxes between near-equal classes, and NMS between overlapping boxes. At least this
+share of eager's detections must pair (label, IoU >= ``INT8_IOU``), each pair within the check's
+tolerance; the unpaired ones are counted in the manifest (``int8_unpaired``)."""
+INT8_IOU = 0.9
+
+
 def compare_rows(
     got: list[Any], want: list[Any], leaves: dict[int, tuple[tuple[int, ...], RowsSpec]], atol: float, where: str,
-    trims: dict[int, int],
+    trims: dict[int, int], int8: bool = False,
 ) -> tuple[float, dict[str, int]]:
     """The largest paired difference and the excuses used; LoweringError on the first image whose
     rows differ beyond them. Every paired value must agree to ``atol`` scaled by the largest of its
-    field in the image; ``trims``: row leaf -> the count leaf that cuts its padded rows."""
+    field in the image; ``trims``: row leaf -> the count leaf that cuts its padded rows. ``int8``:
+    the sets may differ (``INT8_MIN_PAIRED``), and rows pair at IoU >= ``INT8_IOU``."""
     near = Tolerance(atol, of_largest=True)
-    rules = Rules(scores=Tolerance(atol, SCORE_RTOL, of_largest=True), fields=near, boxes=near)
+    rules = Rules(INT8_IOU if int8 else Rules.iou, Tolerance(atol, SCORE_RTOL, of_largest=True), near, near)
+    paired, total = 0, 0
     reference, result = dict(enumerate(want)), dict(enumerate(got))
     worst, excused = 0.0, Counter[str]()
     for group in group_rows(leaves):
@@ -48,10 +58,17 @@ def compare_rows(
             if len(ref) < len(ref_padded[image]) or len(have) < len(got_padded[image]):
                 ctx = replace(ctx, capped=False)  # padding rows left over: the cap did not cut
             matched = match_image(image, ref, have, rules, ctx)
-            if matched.problems:
-                raise LoweringError(f"{where}: {group.name}: " + "; ".join(matched.problems[:3]))
+            problems = matched.problems[matched.set_problems :] if int8 else matched.problems
+            if problems:
+                raise LoweringError(f"{where}: {group.name}: " + "; ".join(problems[:3]))
             worst = max(worst, matched.max_abs)
             excused.update(matched.excused)
+            paired, total = paired + matched.matched, total + len(ref)
+    if int8 and paired < INT8_MIN_PAIRED * total:
+        raise LoweringError(f"{where}: {paired} of eager's {total} detections paired (label, IoU >= {INT8_IOU}); "
+                            f"an INT8 artifact must pair at least {INT8_MIN_PAIRED:.0%}")
+    if int8 and total > paired:
+        excused["int8_unpaired"] += total - paired
     return worst, dict(excused)
 
 

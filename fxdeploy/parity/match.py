@@ -62,6 +62,9 @@ class ImageMatch:
     """The largest difference over paired scores, boxes and fields."""
     excused: dict[str, int] = field(default_factory=dict)
     """How often each rule of fxdeploy.parity.excuses excused a difference."""
+    set_problems: int = 0
+    """How many of ``problems`` (the first ones) are about the set (counts, missing or extra rows,
+    order) rather than about paired detections' values."""
 
     @property
     def ok(self) -> bool:
@@ -102,6 +105,7 @@ def match_image(
     problems += [f"image {image} row {i}: missing {describe(ref, i)}" for i in missing]
     problems += [f"image {image}: extra {describe(got, j)} (row {j} of the result)" for j in extra]
     problems += [f"image {image}: {order_problem}"] if order_problem else []
+    set_problems = len(problems)
     score_diff, score_problem = _check(image, "score", ref.scores, got.scores, pairs, rules.scores)
     box_diff, box_problem = _check(image, "box", ref.boxes, got.boxes, pairs, rules.boxes)
     field_diff, field_problems, mask_excuses = _check_fields(image, ref, got, pairs, rules.fields)
@@ -111,7 +115,7 @@ def match_image(
     worst_iou = min((float(overlap[i, j]) for i, j in pairs), default=1.0)
     return ImageMatch(image, len(pairs), len(ref) - len(pairs), len(got) - len(pairs), worst_iou, score_diff,
                       tuple(problems + found), len(field_problems), max(score_diff, box_diff, field_diff),
-                      {k: v for k, v in excused.items() if v})
+                      {k: v for k, v in excused.items() if v}, set_problems)
 
 
 def describe(dets: Detections, row: int) -> str:

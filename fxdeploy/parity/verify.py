@@ -120,7 +120,7 @@ def compare(
     trims = _count_trims(counts, row_leaves, got_leaves, want_leaves)
     for index in set(counts) - set(trims.values()):
         worst = max(worst, _check_close(got_leaves[index], want_leaves[index], atol, f"{where}: output #{index}"))
-    error, excused = compare_rows(got_leaves, want_leaves, row_leaves, atol, where, trims)
+    error, excused = compare_rows(got_leaves, want_leaves, row_leaves, atol, where, trims, precision == "int8")
     return Checked(max(worst, error), excused)
 
 

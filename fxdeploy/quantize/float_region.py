@@ -8,8 +8,11 @@ and every box onto a grid as coarse as the image; Ultralytics' INT8 exports lose
 
 So the float region is: walking back from each graph output, every op reached before a weighted
 layer, and the weighted layers where the walk stops (their output is that tail's input: the
-logits). Everything upstream of them is quantized. The rule reads op types only, so it holds for
-classifiers (the last linear layer stays float), detectors and any other graph alike.
+logits). Everything upstream of them is quantized. One weighted layer does not stop the walk: one
+that reads a softmax or sigmoid (through reshapes only) takes an expectation over a distribution,
+which is box decoding (YOLOv8/11's DFL: a fixed 1x1 conv over a softmax of 16 bins); the walk goes
+on through it to the layer that made the distribution's logits. The rule reads op types only, so
+it holds for classifiers (the last linear layer stays float), detectors and any other graph alike.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import onnx
 
 WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention"})
+DISTRIBUTIONS = frozenset({"Softmax", "LogSoftmax", "Sigmoid"})
+RESHAPES = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast"})
 
 
 def float_nodes(model: onnx.ModelProto) -> dict[str, str]:
@@ -30,9 +35,28 @@ def float_nodes(model: onnx.ModelProto) -> dict[str, str]:
             node = producer.get(stack.pop())
             if node is None or node.name in kept:
                 continue
-            if node.op_type in WEIGHTED:
+            if node.op_type in WEIGHTED and not _over_a_distribution(node, producer):
                 kept[node.name] = f"the last weighted layer ({node.op_type}) before output {output.name!r}"
+                continue
+            if node.op_type in WEIGHTED:
+                kept[node.name] = (f"box decoding before output {output.name!r}: a {node.op_type} over a softmax or "
+                                   "sigmoid (an expectation over bins, as in DFL)")
+                stack.extend(name for name in node.input if name)
                 continue
             kept[node.name] = f"between the last weighted layer and output {output.name!r}"
             stack.extend(name for name in node.input if name)
     return kept
+
+
+def _over_a_distribution(node: onnx.NodeProto, producer: dict[str, onnx.NodeProto]) -> bool:
+    """Whether an input of ``node`` is a softmax or sigmoid, through reshapes only."""
+    stack = list(node.input)
+    while stack:
+        source = producer.get(stack.pop())
+        if source is None:
+            continue
+        if source.op_type in DISTRIBUTIONS:
+            return True
+        if source.op_type in RESHAPES:
+            stack.extend(source.input[:1])
+    return False

@@ -46,3 +46,22 @@ def test_a_chain_keeps_only_its_tail() -> None:
     value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)  # noqa: E731
     model = helper.make_model(helper.make_graph(nodes, "g", [value("x")], [value("p")]))
     assert set(float_nodes(model)) == {"softmax", "fc"}
+
+
+def test_a_weighted_layer_over_a_softmax_is_box_decoding() -> None:
+    """YOLOv8/11's DFL: the regression conv's 16 bins, a softmax, a fixed 1x1 conv (the expectation):
+    that conv is decoding, so the walk goes on through it to the regression conv."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], name="backbone"),
+        helper.make_node("Conv", ["c0", "w1"], ["bins"], name="regression"),
+        helper.make_node("Reshape", ["bins", "shape"], ["r"], name="reshape"),
+        helper.make_node("Softmax", ["r"], ["p"], name="softmax"),
+        helper.make_node("Transpose", ["p"], ["t"], name="transpose"),
+        helper.make_node("Conv", ["t", "arange"], ["distance"], name="dfl"),
+        helper.make_node("Mul", ["distance", "stride"], ["boxes"], name="decode"),
+    ]
+    value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)  # noqa: E731
+    kept = float_nodes(helper.make_model(helper.make_graph(nodes, "g", [value("x")], [value("boxes")])))
+    assert set(kept) == {"decode", "dfl", "transpose", "softmax", "reshape", "regression"}
+    assert kept["dfl"].startswith("box decoding before output 'boxes'")
+    assert kept["regression"] == "the last weighted layer (Conv) before output 'boxes'"
