@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import tempfile
-import warnings
 from pathlib import Path
 
 import pytest
@@ -156,11 +155,9 @@ def test_without_the_float_region_sigmoid_scores_collapse(
     kept = fxdeploy.lower(scorer, example, dynamic_shapes=BATCH, settings=INT8, calibration=_calibration(digits))
     assert distinct(kept) > 0.9 * test.shape[0] * 10
     monkeypatch.setattr(ort_quantize, "float_nodes", lambda model: {})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rounded = fxdeploy.lower(scorer, example, dynamic_shapes=BATCH,
-                                 settings=fxdeploy.Settings(precision="int8", verify=False),
-                                 calibration=_calibration(digits))
+    # the default path: each score moves by at most half a uint8 step, within lower()'s tolerance, so
+    # only the ties show what the quantized tail costs
+    rounded = fxdeploy.lower(scorer, example, dynamic_shapes=BATCH, settings=INT8, calibration=_calibration(digits))
     assert distinct(rounded) <= 256
 
 
