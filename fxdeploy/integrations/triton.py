@@ -3,7 +3,8 @@
 Layout: ``<repo>/<name>/config.pbtxt`` and ``<repo>/<name>/<version>/<model file>``.
 
 - onnxruntime → platform ``onnxruntime_onnx`` with model.onnx (and its external data, if any);
-- openvino → backend ``openvino`` with model.onnx (``default_model_filename``), KIND_CPU;
+- openvino → backend ``openvino`` with model.onnx (``default_model_filename``), KIND_CPU; an INT8
+  artifact's IR as model.xml and model.bin;
 - tensorrt → platform ``tensorrt_plan`` with model.plan, KIND_GPU. The plan only runs under the
   TensorRT version and GPU it was built with (recorded in the config's comment and parameters);
 - torchscript → platform ``pytorch_libtorch`` with model.pt. Triton's libtorch backend binds
@@ -40,6 +41,9 @@ FORMATS: dict[str, dict[str, str]] = {
         "backend": "openvino", "default_model_filename": "model.onnx", "file": "model.onnx", "kind": "KIND_CPU",
     },
     "tensorrt": {"platform": "tensorrt_plan", "file": "model.plan", "kind": "KIND_GPU"},
+    "openvino IR": {  # an INT8 openvino artifact: NNCF's IR (fxdeploy/quantize/openvino.py)
+        "backend": "openvino", "default_model_filename": "model.xml", "file": "model.xml", "kind": "KIND_CPU",
+    },
     "torchscript": {"platform": "pytorch_libtorch", "file": "model.pt", "kind": "KIND_CPU"},
 }
 REFUSED = {
@@ -96,6 +100,8 @@ def _check_args(name: str, version: int, instance_count: int) -> None:
 def _format(target: str, files: dict[str, str]) -> dict[str, str]:
     """A built-in target's Triton format; a plugin target's artifact is served as ONNX where it is
     one (its model.onnx is all there is: no host stage, no other engine file)."""
+    if target == "openvino" and "model.xml" in files:
+        return FORMATS["openvino IR"]
     if target in FORMATS:
         return FORMATS[target]
     if target in REFUSED:
@@ -126,6 +132,7 @@ def _model_files(manifest: Manifest, main: str) -> dict[str, str]:
     if main not in files:
         raise ArtifactError(f"the {manifest['target']} artifact has no {main!r}; its files are {sorted(files)}")
     extra = [n for n in files if main == "model.onnx" and n.endswith(".data")]  # ONNX external weights
+    extra += [n for n in files if main == "model.xml" and n == "model.bin"]  # IR weights
     return {n: files[n] for n in [main, *extra]}
 
 

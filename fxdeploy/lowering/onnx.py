@@ -51,25 +51,15 @@ def export_onnx(
     the model when it loads it, which ``lower()`` does right after.
     """
     from fxdeploy.lowering.onnx_optimize import optimize
-    from fxdeploy.lowering.onnx_translations import translation_table
+    from fxdeploy.lowering.onnx_translations._common import dim_bounds
 
     args = tuple(example_inputs)
     try:
         with _quiet_exporter():
             if program is None:
                 program = torch.export.export(gm, args, dynamic_shapes=tuple(dynamic_shapes), strict=False)
-            onnx_program = torch.onnx.export(
-                program,
-                args,
-                dynamo=True,
-                input_names=list(input_names),
-                output_names=list(output_names),
-                custom_translation_table=translation_table(flavour),
-                opset_version=opset,
-                optimize=False,
-                verbose=False,
-                report=False,
-            )
+            with dim_bounds(_upper_bounds(program)):
+                onnx_program = _export(program, args, input_names, output_names, flavour, opset)
             if settings.onnx.optimize and settings.precision not in UNOPTIMIZED_PRECISIONS:
                 optimize(onnx_program)
     except Exception as exc:
@@ -77,6 +67,33 @@ def export_onnx(
     model = onnx_program.model
     model.ir_version = min(model.ir_version, settings.onnx.ir_version)
     return onnx_program
+
+
+def _upper_bounds(program: torch.export.ExportedProgram) -> dict[str, int]:
+    """Each symbolic dim's finite upper bound (the ``dynamic_shapes`` maxima), by symbol name."""
+    bounds = {}
+    for symbol, ranges in program.range_constraints.items():
+        if getattr(ranges.upper, "is_Integer", False):  # not int_oo (unbounded)
+            bounds[str(symbol)] = int(ranges.upper)
+    return bounds
+
+
+def _export(program: torch.export.ExportedProgram, args: tuple[Any, ...], input_names: Sequence[str],
+            output_names: Sequence[str], flavour: str, opset: int) -> torch.onnx.ONNXProgram:
+    from fxdeploy.lowering.onnx_translations import translation_table
+
+    return torch.onnx.export(
+        program,
+        args,
+        dynamo=True,
+        input_names=list(input_names),
+        output_names=list(output_names),
+        custom_translation_table=translation_table(flavour),
+        opset_version=opset,
+        optimize=False,
+        verbose=False,
+        report=False,
+    )
 
 
 def save_onnx(program: torch.onnx.ONNXProgram, path: Path, settings: Settings) -> list[str]:

@@ -116,10 +116,11 @@ def compare(
         elif spec is not None and ref.dim() > 0:
             row_leaves[index] = (tuple(ref.shape), spec)
         else:
-            worst = max(worst, _check_close(have, ref, atol, f"{where}: output #{index}"))
+            worst = max(worst, _check_close(have, ref, atol, f"{where}: output #{index}", precision == "int8"))
     trims = _count_trims(counts, row_leaves, got_leaves, want_leaves)
     for index in set(counts) - set(trims.values()):
-        worst = max(worst, _check_close(got_leaves[index], want_leaves[index], atol, f"{where}: output #{index}"))
+        worst = max(worst, _check_close(got_leaves[index], want_leaves[index], atol, f"{where}: output #{index}",
+                                        precision == "int8"))
     error, excused = compare_rows(got_leaves, want_leaves, row_leaves, atol, where, trims, precision == "int8")
     return Checked(max(worst, error), excused)
 
@@ -166,11 +167,19 @@ def _count_trims(
 
 
 INT8_ATOL = 0.1
-"""lower()'s tolerance for an INT8 artifact against fp32 eager: max abs error at most 10% of the
-output's largest magnitude (at least 1), on every tensor leaf. Measured on a CNN trained on the
-digits data set (tests/e2e/test_int8.py): its logits within 1.3% on real images; its sigmoid
-scores within 5.1% on the check's random inputs at other batch sizes (values in the example's
-range, but no digits), where activations leave the calibrated ranges most."""
+"""lower()'s score tolerance for an INT8 artifact's paired detections against fp32 eager: 10% of
+the largest score's magnitude (at least 1)."""
+
+INT8_MAX_ERROR = 0.25
+INT8_RMS = 0.1
+"""lower()'s bounds for an INT8 artifact's tensor leaves against fp32 eager. INT8 rounding is noise
+spread over every element, so the error is bounded as noise is: its RMS at most ``INT8_RMS`` of
+the output's RMS (at least 1), and no element off by more than ``INT8_MAX_ERROR`` of the output's
+largest magnitude (at least 1). Measured on CNNs trained on the digits data set
+(tests/e2e/test_int8.py), top-1 equal to fp32's: ONNX Runtime's logits within 3.6% (max) and 2.0%
+(RMS) on the held-out images; OpenVINO's within 11% and 7.0% on a YOLO-style split block, whose
+every element moves. A wrong artifact is far outside: OpenVINO's miscomputed split block (11%
+top-1) was off by twice the logits' largest magnitude."""
 
 
 def tolerance(settings: Any) -> float:
@@ -178,7 +187,7 @@ def tolerance(settings: Any) -> float:
     return max(settings.atol, INT8_ATOL) if settings.precision == "int8" else settings.atol
 
 
-def _check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str) -> float:
+def _check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str, int8: bool = False) -> float:
     if ref.numel() == 0:
         return 0.0
     a, b = have.double(), ref.double()
@@ -190,9 +199,21 @@ def _check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str)
         return 0.0
     error = float((a - b)[finite].abs().max())
     scale = max(1.0, float(b[finite].abs().max()))
-    if error > atol * scale:
+    if int8:
+        _check_noise((a - b)[finite], b[finite], error, scale, where)
+    elif error > atol * scale:
         raise LoweringError(f"{where} differs from eager by {error:.3g} (tolerance {atol * scale:.3g})")
     return error
+
+
+def _check_noise(difference: torch.Tensor, ref: torch.Tensor, error: float, scale: float, where: str) -> None:
+    """INT8's bounds (``INT8_RMS``, ``INT8_MAX_ERROR``) on one tensor leaf's error."""
+    rms, rms_scale = float(difference.pow(2).mean().sqrt()), max(1.0, float(ref.pow(2).mean().sqrt()))
+    if error > INT8_MAX_ERROR * scale:
+        raise LoweringError(f"{where} differs from eager by {error:.3g} at one element (INT8 tolerance "
+                            f"{INT8_MAX_ERROR * scale:.3g})")
+    if rms > INT8_RMS * rms_scale:
+        raise LoweringError(f"{where} differs from eager by {rms:.3g} RMS (INT8 tolerance {INT8_RMS * rms_scale:.3g})")
 
 
 def run_checks(

@@ -124,9 +124,13 @@ def read_model(core: Any, model: Path | bytes) -> Any:
     except on the TopKs that multiclass_nms marks tie-free (``TIE_FREE``): their result does not
     depend on the order of ties, and OpenVINO's stable TopK costs tens of times its unstable one.
     """
+    return with_stable_topks(core.read_model(model if isinstance(model, bytes) else str(model)))
+
+
+def with_stable_topks(ov_model: Any) -> Any:
+    """``ov_model`` with the TopKs that ``read_model`` describes made stable."""
     from fxdeploy.artifact.onnx_files import TIE_FREE
 
-    ov_model = core.read_model(model if isinstance(model, bytes) else str(model))
     for node in ov_model.get_ops():
         if node.get_type_name() != "TopK" or node.get_attributes().get("stable") is not False:
             continue

@@ -1,4 +1,4 @@
-"""OpenVINO: the onnxruntime target's ONNX, compiled by OpenVINO for the CPU.
+"""OpenVINO: the onnxruntime target's ONNX, compiled by OpenVINO for the CPU (INT8: NNCF's IR of it).
 
 Sharing the ONNX step means both targets see one graph, so a difference between them is a
 runtime difference, not a lowering one. The single exception is the NMS translation's IoU
@@ -20,13 +20,13 @@ from fxdeploy.targets.sections import OnnxSettings
 
 
 def lower(job: LoweringJob) -> Lowered:
-    """The ONNX; for INT8, quantized by NNCF (fxdeploy.quantize.openvino)."""
+    """The ONNX; for INT8, NNCF's quantized model in its place as OpenVINO IR (fxdeploy.quantize.openvino)."""
     lowered = lower_onnx(job, flavour="openvino")
     if job.calibration is not None:
         from fxdeploy.quantize.openvino import quantize
 
         with stage("int8 calibration", "openvino"):
-            lowered.info["int8"] = quantize(job.out_dir / "model.onnx", job.calibration)
+            lowered.info["int8"], lowered.files = quantize(job.out_dir / "model.onnx", job.calibration)
     return lowered
 
 
@@ -34,7 +34,8 @@ def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:
     from fxdeploy.runtime.openvino import OpenVinoExecutor
 
     names = [o["name"] for o in manifest["outputs"]]
-    return OpenVinoExecutor(directory / "model.onnx", names, settings)
+    model = "model.xml" if "model.xml" in manifest["files"] else "model.onnx"  # INT8 artifacts hold IR
+    return OpenVinoExecutor(directory / model, names, settings)
 
 
 def version() -> str | None:

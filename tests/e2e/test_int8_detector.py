@@ -43,6 +43,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -348,7 +349,11 @@ def _assert_float_region(deployed: fxdeploy.Deployed, tmp_path: Path) -> None:
     the NMS among it; every other conv is quantized (the SiLUs' own sigmoids are not the tail)."""
     import onnx
 
-    graph = onnx.load(str(deployed.save(tmp_path / deployed.target) / "model.onnx")).graph
+    folder = deployed.save(tmp_path / deployed.target)
+    if deployed.target == "openvino":
+        _assert_float_region_ir(folder / "model.xml", deployed.manifest["info"]["int8"]["float_ops"])
+        return
+    graph = onnx.load(str(folder / "model.onnx")).graph
     float_ops = deployed.manifest["info"]["int8"]["float_ops"]
     nodes = {node.name: node for node in graph.node}
     assert set(float_ops) <= set(nodes), sorted(set(float_ops) - set(nodes))
@@ -370,6 +375,45 @@ def _assert_float_region(deployed: fxdeploy.Deployed, tmp_path: Path) -> None:
     assert tail <= set(float_ops), sorted(tail - set(float_ops))
     tail_ops = {nodes[name].op_type for name in tail}
     assert tail_ops & {"Sigmoid", "Reciprocal"} and "NonMaxSuppression" in tail_ops, sorted(tail_ops)
+
+
+PRESERVING = {"Split", "VariadicSplit", "Concat", "Reshape", "MaxPool", "Transpose"}
+"""ops that carry a quantized value unchanged: in OpenVINO IR one FakeQuantize before them serves their users"""
+
+
+def _assert_float_region_ir(xml: Path, float_ops: dict[str, str]) -> None:
+    """The same on NNCF's OpenVINO IR: the two heads' last convs keep float weights and no
+    FakeQuantize follows them; every other conv has quantized weights and a FakeQuantize on its
+    input (before a split or concat that carries it)."""
+    import openvino as ov
+
+    model = ov.Core().read_model(str(xml))
+
+    def quantized_input(value: Any) -> bool:
+        node = value.get_node()
+        if node.get_type_name() in PRESERVING:
+            return all(quantized_input(node.input_value(i)) for i in range(node.get_input_size())
+                       if node.input_value(i).get_node().get_type_name() != "Constant")
+        return node.get_type_name() == "FakeQuantize"
+
+    convs = [op for op in model.get_ops() if op.get_type_name() == "Convolution"]
+    kept = [op for op in convs if op.get_friendly_name().removesuffix("/WithoutBiases") in float_ops]
+    assert len(kept) == 2, [op.get_friendly_name() for op in kept]
+    assert all(op.input_value(1).get_node().get_type_name() == "Constant" for op in kept)
+    for op in convs:
+        if op not in kept:
+            assert op.input_value(1).get_node().get_type_name() in ("FakeQuantize", "Multiply"), op.get_friendly_name()
+            assert quantized_input(op.input_value(0)), op.get_friendly_name()
+    stack, seen = list(kept), set()
+    while stack:
+        node = stack.pop()
+        for output in node.outputs():
+            for target in output.get_target_inputs():
+                after = target.get_node()
+                assert after.get_type_name() != "FakeQuantize", f"{after.get_friendly_name()} quantizes the tail"
+                if after.get_friendly_name() not in seen:
+                    seen.add(after.get_friendly_name())
+                    stack.append(after)
 
 
 def test_without_the_float_region_the_scores_collapse(

@@ -166,6 +166,15 @@ def test_openvino_backend_reads_the_onnx_file(tmp_path: Path) -> None:
     assert (config.backend, config.default_model_filename, config.platform) == ("openvino", "model.onnx", "")
 
 
+
+def test_an_int8_openvino_artifact_goes_to_triton_as_ir(tmp_path: Path) -> None:
+    """INT8 on openvino is NNCF's IR: Triton's OpenVINO backend gets model.xml with its model.bin."""
+    art = fake_artifact(tmp_path, "openvino", {"model.xml": b"<net/>", "model.bin": b"w"})
+    model_dir = export_triton(art, tmp_path / "repo", model_name="ov8")
+    config, _ = parse_config(model_dir)
+    assert (config.backend, config.default_model_filename) == ("openvino", "model.xml")
+    assert sorted(p.name for p in (model_dir / "1").iterdir()) == ["model.bin", "model.xml"]
+
 def test_a_plugin_targets_onnx_artifact_goes_to_onnx_runtime(tmp_path: Path) -> None:
     """A third-party target (tests/targets/test_registry.py) whose artifact is one ONNX model, with
     external weights: Triton's ONNX Runtime backend serves it."""

@@ -110,3 +110,27 @@ def test_int8_pairs_most_detections_and_counts_the_rest() -> None:
                                             r"artifact must pair at least 95%"):
         compare("example", [], [boxes[kept], scores[kept], labels[kept]], [boxes, scores, labels], 0.1,
                 "onnxruntime", [spec] * 3, "int8")
+
+
+def test_int8_tensors_are_bounded_as_noise() -> None:
+    """INT8 tensor leaves: noise over every element passes where one element at 11% of the range
+    would fail fp32's rule; a systematic error (one class's logits off) or one element far off fails."""
+    from fxdeploy.parity.verify import INT8_ATOL, INT8_MAX_ERROR, INT8_RMS
+
+    generator = torch.Generator().manual_seed(0)
+    want = torch.randn(64, 10, generator=generator) * 4
+    scale, rms_scale = float(want.abs().max()), float(want.pow(2).mean().sqrt())
+    noise = torch.randn(64, 10, generator=generator) * 0.05 * rms_scale
+    noise[0, 0] = 0.11 * scale  # past INT8_ATOL of the range, within INT8_MAX_ERROR
+    got = want + noise
+    assert compare("example", [want], got, want, INT8_ATOL, "t", precision="int8").max_abs_error > INT8_ATOL * scale
+    with pytest.raises(LoweringError, match="differs from eager by"):
+        compare("example", [want], got, want, INT8_ATOL, "t")  # fp32's rule at the same atol refuses it
+    shifted = want.clone()
+    shifted[:, 3] += 2 * INT8_RMS * rms_scale * 10 ** 0.5  # one class of ten: RMS error 2 x INT8_RMS
+    with pytest.raises(LoweringError, match="RMS"):
+        compare("example", [want], shifted, want, INT8_ATOL, "t", precision="int8")
+    spike = want.clone()
+    spike[5, 5] += 1.1 * INT8_MAX_ERROR * scale
+    with pytest.raises(LoweringError, match="at one element"):
+        compare("example", [want], spike, want, INT8_ATOL, "t", precision="int8")

@@ -7,6 +7,9 @@ those arguments choose the graph and cost nothing at run time.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -25,6 +28,30 @@ int64 as int32."""
 def const(value: Any, dtype: type = np.int64) -> Any:
     """A Constant node holding ``value`` (scalar or nested list) with the given numpy dtype."""
     return op.Constant(value=numpy_helper.from_array(np.asarray(value, dtype=dtype)))
+
+
+_DIM_BOUNDS: ContextVar[Mapping[str, int] | None] = ContextVar("fxdeploy_dim_bounds", default=None)
+
+
+@contextlib.contextmanager
+def dim_bounds(bounds: Mapping[str, int]) -> Iterator[None]:
+    """Upper bounds of the export's symbolic dims by name (capture's range constraints: the
+    user's ``dynamic_shapes`` maxima), for the translations run inside this block."""
+    token = _DIM_BOUNDS.set(dict(bounds))
+    try:
+        yield
+    finally:
+        _DIM_BOUNDS.reset(token)
+
+
+def dim_bound(value: Any, axis: int) -> int | None:
+    """The largest size of ``value`` along ``axis``: its static size, or the bound of its
+    symbolic dim where that dim is one of the export's bounded symbols; otherwise None."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return None
+    dim = shape[axis]
+    return dim if isinstance(dim, int) else (_DIM_BOUNDS.get() or {}).get(str(dim))
 
 
 def static_dim(value: Any, axis: int) -> int | None:

@@ -38,6 +38,7 @@ from fxdeploy.lowering.onnx_translations._common import (
     descending_order,
     descending_positions,
     dim,
+    dim_bound,
     padded_outputs,
     pre_top_k_boxes,
     rank,
@@ -178,10 +179,11 @@ def _decode(
 
 
 def _merge_length(scores: Any, pre_top_k: int, cap: int, agnostic: bool, keep_top_k: int) -> int | None:
-    """M + K, the merge matrix's row length, bounded where B, N and C are static (a per-image
-    artifact): NonMaxSuppression selects each (box, class) pair at most once, and at most ``cap``
-    of each (image, class) group (one group an image where class-agnostic)."""
-    batch, boxes, classes = (static_dim(scores, axis) for axis in range(3))
+    """M + K, the merge matrix's row length, bounded where B, N and C are static or bounded (a
+    dynamic batch has the maximum its dynamic shapes give): NonMaxSuppression selects each
+    (box, class) pair at most once, and at most ``cap`` of each (image, class) group (one group
+    an image where class-agnostic)."""
+    batch, boxes, classes = (dim_bound(scores, axis) for axis in range(3))
     if batch is None or boxes is None or classes is None:
         return None
     if pre_top_k > 0:
