@@ -32,9 +32,9 @@ both. Over the 768 training images: 1163 detections with 1163 distinct scores wi
 region; without it, 1554 detections all scoring 0.9959 (one value), and lower()'s check pairs 2 of
 eager's 7 detections on the example.
 
-The activations are SiLU, as in examples/detector.py: with ReLU, OpenVINO 2026.4's CPU plugin
-computed this detector's NNCF INT8 model wrong at a dynamic batch (right once reshaped to a static
-batch; ONNX Runtime runs the same ONNX right), and lower()'s check refused it (0 of 3 paired).
+The activations are SiLU, as in examples/detector.py. (With ReLU, OpenVINO 2026.4's CPU plugin
+computed NNCF's QDQ ONNX of this detector wrong at a dynamic batch, and lower()'s check refused it;
+the openvino target now quantizes OpenVINO's own model into IR instead, fxdeploy/quantize/openvino.py.)
 """
 
 from __future__ import annotations
