@@ -198,10 +198,11 @@ def _check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str,
         raise LoweringError(f"{where}: NaN/Inf positions differ from eager")
     if not bool(finite.any()):
         return 0.0
-    error = float((a - b)[finite].abs().max())
+    difference = (a - b)[finite]
+    error = float(difference.abs().max())
     scale = max(1.0, float(b[finite].abs().max()))
     if int8 and error > atol * scale:  # past the tolerance asked for: still within INT8's noise bounds?
-        _check_noise((a - b)[finite], b[finite], error, scale, where)
+        _check_noise(difference, b[finite], error, scale, where)
     elif error > atol * scale:
         raise LoweringError(f"{where} differs from eager by {error:.3g} (tolerance {atol * scale:.3g})")
     return error

@@ -67,7 +67,7 @@ def quantize(model_path: Path, calibrated: Calibrated) -> tuple[dict[str, Any], 
     with _quiet():
         quantized = nncf.quantize(
             model, nncf.Dataset(samples), subset_size=len(samples), preset=nncf.QuantizationPreset.MIXED,
-            ignored_scope=nncf.IgnoredScope(names=ov_names(model, keep), validate=False),
+            ignored_scope=nncf.IgnoredScope(names=_ov_names(model, keep), validate=False),
             advanced_parameters=AdvancedQuantizationParameters(activations_range_estimator_params=estimator),
         )
     _save_ir(openvino, quantized, model_path.parent)
@@ -83,7 +83,7 @@ def quantize(model_path: Path, calibrated: Calibrated) -> tuple[dict[str, Any], 
     return info, list(IR_FILES)
 
 
-def ov_names(model: Any, onnx_names: dict[str, str]) -> list[str]:
+def _ov_names(model: Any, onnx_names: dict[str, str]) -> list[str]:
     """The OpenVINO ops made from the named ONNX nodes. OpenVINO's ONNX frontend keeps a node's name,
     and names the ops it splits a node into after it: a Conv with a bias becomes the Convolution
     "<name>/WithoutBiases" and the Add "<name>"; both are the node."""
