@@ -13,7 +13,7 @@ detections they pair (label, IoU >= 0.9). INT8 accuracy is measured on trained m
 tests/e2e/test_int8.py and tests/e2e/test_int8_detector.py.
 
     .venv/bin/python benchmarks/int8_bench.py --model resnet50
-    YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/int8_bench.py --model yolo11n
+    YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/int8_bench.py --model yolo11n [--size 640]
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ def cpu_flags() -> list[str]:
     return [flag for flag in FLAGS if flag in flags]
 
 
-def model_and_images(name: str) -> tuple[torch.nn.Module, Callable[[int, int], torch.Tensor], str]:
-    """The model, a maker of ``count`` images from a seed, and its input's name."""
+def model_and_images(name: str, size: int = 320) -> tuple[torch.nn.Module, Callable[[int, int], torch.Tensor], str]:
+    """The model, a maker of ``count`` images from a seed, and its input's name (YOLO11n's images
+    are ``size`` pixels square)."""
     if name == "resnet50":
         from examples.zoo import resnet50
 
@@ -58,7 +59,10 @@ def model_and_images(name: str) -> tuple[torch.nn.Module, Callable[[int, int], t
         return model, pictures, "pixel_values"
     from examples.ultralytics_yolo import YoloWithNMS, build, images
 
-    return YoloWithNMS(build("yolo11n.yaml")), images, "images"
+    def yolo_images(count: int, seed: int) -> torch.Tensor:
+        return images(count, seed, size)
+
+    return YoloWithNMS(build("yolo11n.yaml", size)), yolo_images, "images"
 
 
 def lowered(model: torch.nn.Module, make: Callable[[int, int], torch.Tensor], name: str) -> dict[str, Any]:
@@ -78,10 +82,11 @@ def lowered(model: torch.nn.Module, make: Callable[[int, int], torch.Tensor], na
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--model", choices=("resnet50", "yolo11n"), default="resnet50")
+    parser.add_argument("--size", type=int, default=320, help="YOLO11n's image size (its native 640, or 320)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-    model, make, name = model_and_images(args.model)
+    model, make, name = model_and_images(args.model, args.size)
     with pinned_threads(args.threads):
         artifacts = lowered(model, make, name)
         inputs = {batch: make(batch, 7) for batch in BATCHES}
@@ -90,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         samples, failures = measure_interleaved(rows, Budget(rounds=args.rounds))
     medians = {row: summarize(s, warn=False)["median"] for row, s in samples.items()}
     paired = _paired(model, artifacts, inputs[max(BATCHES)]) if args.model == "yolo11n" else {}
-    print(f"{args.model}, {args.threads} threads; CPU flags: {', '.join(cpu_flags()) or 'none of ' + str(FLAGS)}")
+    size = f" at {args.size} px" if args.model == "yolo11n" else ""
+    print(f"{args.model}{size}, {args.threads} threads; CPU flags: {', '.join(cpu_flags()) or 'none of ' + str(FLAGS)}")
     print("| target | batch | fp32 ms | int8 ms | int8 / fp32 |")
     print("|---|---:|---:|---:|---:|")
     for target in TARGETS:

@@ -6,6 +6,7 @@ from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
+from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
 from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
 from fxdeploy.passes.ncnn.fold_constants import fold_constants
@@ -47,7 +48,9 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 OPENVINO: tuple[Pass, ...] = (
     *CLEANUP, whole_input_pool, pad_compactions, precision_policy, contiguous_reshapes, tensorize_outputs,
 )
-TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, tensorize_outputs)
+# TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
+# runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
+TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, precision_policy, tensorize_outputs)
 # ncnn: whole_input_pool as on OpenVINO (ncnn's pooling gives NaN there); no precision policy
 # (ncnn's own fp16 switches set the precision, engine-wide), then the pnnx/ncnn workarounds
 # (they change no outputs), then the host split last: it cuts the final graph, so it must see the

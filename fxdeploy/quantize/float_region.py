@@ -55,8 +55,18 @@ def _over_a_distribution(node: onnx.NodeProto, producer: dict[str, onnx.NodeProt
         source = producer.get(stack.pop())
         if source is None:
             continue
-        if source.op_type in DISTRIBUTIONS:
+        if source.op_type in DISTRIBUTIONS or _is_softmax(source, producer):
             return True
         if source.op_type in RESHAPES:
             stack.extend(source.input[:1])
     return False
+
+
+def _is_softmax(node: onnx.NodeProto, producer: dict[str, onnx.NodeProto]) -> bool:
+    """Whether ``node`` ends a softmax written as reductions, ``e / ReduceSum(e)`` with ``e`` an
+    Exp (the ``standard`` lowering of a softmax over a non-last axis)."""
+    if node.op_type != "Div" or len(node.input) != 2:
+        return False
+    exp, total = (producer.get(name) for name in node.input)
+    return (exp is not None and exp.op_type == "Exp" and total is not None and total.op_type == "ReduceSum"
+            and total.input[0] == node.input[0])

@@ -144,8 +144,9 @@ def test_iou_threshold_zero_keeps_disjoint_boxes_on_every_runtime() -> None:
 def test_translation_table() -> None:
     fxdeploy_ops = torch.ops.fxdeploy
     expected = {fxdeploy_ops.multiclass_nms.default, fxdeploy_ops.nms.default, fxdeploy_ops.batched_nms.default}
+    softmax = {torch.ops.aten._softmax.default, torch.ops.aten.softmax.int}
     for flavour in ("standard", "efficient_nms_trt"):
-        assert set(translation_table(flavour)) == expected
+        assert set(translation_table(flavour)) == expected | softmax
     assert set(translation_table("openvino")) == expected | {torch.ops.aten.topk.default}
     known = r"\['standard', 'openvino', 'efficient_nms_trt'\]"
     with pytest.raises(ValueError, match=r"unknown flavour 'tensorrt'; known: " + known):

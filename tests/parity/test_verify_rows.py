@@ -134,3 +134,12 @@ def test_int8_tensors_are_bounded_as_noise() -> None:
     spike[5, 5] += 1.1 * INT8_MAX_ERROR * scale
     with pytest.raises(LoweringError, match="at one element"):
         compare("example", [want], spike, want, INT8_ATOL, "t", precision="int8")
+
+
+def test_a_half_output_is_compared_to_its_own_rounding() -> None:
+    """A float16 output one fp16 step off passes at fp32's atol; two steps' worth more is refused."""
+    want = torch.tensor([0.3, 0.7, 0.45], dtype=torch.float16)
+    step = torch.finfo(torch.float16).eps
+    assert _compare(want + torch.tensor([0.0, step / 2, 0.0], dtype=torch.float16), want, False) > 1e-4
+    with pytest.raises(LoweringError, match="differs from eager"):
+        _compare(want + torch.tensor([0.0, 3 * step, 0.0], dtype=torch.float16), want, False)

@@ -65,3 +65,25 @@ def test_a_weighted_layer_over_a_softmax_is_box_decoding() -> None:
     assert set(kept) == {"decode", "dfl", "transpose", "softmax", "reshape", "regression"}
     assert kept["dfl"].startswith("box decoding before output 'boxes'")
     assert kept["regression"] == "the last weighted layer (Conv) before output 'boxes'"
+
+
+def test_a_softmax_written_as_reductions_is_a_distribution_too() -> None:
+    """The standard lowering writes a softmax over a non-last axis as ``e / ReduceSum(e)``: the DFL
+    conv over it is still box decoding; a Div of anything else is not a distribution."""
+
+    def kept_with(div_inputs: list[str]) -> dict[str, str]:
+        nodes = [
+            helper.make_node("Conv", ["x", "w0"], ["c0"], name="backbone"),
+            helper.make_node("Conv", ["c0", "w1"], ["bins"], name="regression"),
+            helper.make_node("ReduceMax", ["bins", "axes"], ["m"], name="max"),
+            helper.make_node("Sub", ["bins", "m"], ["shifted"], name="sub"),
+            helper.make_node("Exp", ["shifted"], ["e"], name="exp"),
+            helper.make_node("ReduceSum", ["e", "axes"], ["total"], name="sum"),
+            helper.make_node("Div", div_inputs, ["p"], name="div"),
+            helper.make_node("Conv", ["p", "arange"], ["boxes"], name="dfl"),
+        ]
+        value = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)  # noqa: E731
+        return float_nodes(helper.make_model(helper.make_graph(nodes, "g", [value("x")], [value("boxes")])))
+
+    assert set(kept_with(["e", "total"])) == {"dfl", "div", "exp", "sub", "max", "sum", "regression"}
+    assert set(kept_with(["shifted", "total"])) == {"dfl"}  # not exp / sum(exp): the dfl conv is the last layer

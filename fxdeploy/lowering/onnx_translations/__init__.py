@@ -18,7 +18,8 @@ FLAVOURS = ("standard", "openvino", "efficient_nms_trt")
 def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, Callable]:
     """Map fxdeploy ops to their ONNX translations.
 
-    - ``standard``: ONNX NonMaxSuppression + padding subgraph (ONNX Runtime, TensorRT).
+    - ``standard``: ONNX NonMaxSuppression + padding subgraph (ONNX Runtime, TensorRT); a softmax
+      over a non-last axis as its reductions (``softmax.py``: ONNX Runtime's kernel transposes).
     - ``openvino``: the same graph with the IoU threshold one float32 step up, because OpenVINO
       suppresses at IoU == threshold where the contract does not; ``aten.topk`` without a stable
       TopK over its whole axis (``topk.py``).
@@ -47,6 +48,11 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
         torch.ops.fxdeploy.nms.default: nms_standard,
         torch.ops.fxdeploy.batched_nms.default: batched_nms_standard,
     }
+    if flavour != "openvino":
+        from fxdeploy.lowering.onnx_translations.softmax import softmax_int_standard, softmax_standard
+
+        table[torch.ops.aten._softmax.default] = softmax_standard
+        table[torch.ops.aten.softmax.int] = softmax_int_standard
     if flavour == "openvino":
         from fxdeploy.lowering.onnx_translations.topk import topk_openvino
 
