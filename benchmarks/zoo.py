@@ -192,7 +192,7 @@ def readme_section(documents: list[dict[str, Any]], command: str, detections: di
         "", "### Failures in this run (benchmark rows)", "",
         *(failure_lines(documents) or ["- none"]),
         "", "### Known failures of the zoo test suite (`make zoo`, tests/zoo/known_failures.py)", "",
-        *known_failure_lines(),
+        *(known_failure_lines() or ["- none"]),
     ]
     return "\n".join(lines) + "\n"
 

@@ -43,9 +43,12 @@ from transformers import (  # noqa: E402
     YolosConfig,
     YolosForObjectDetection,
 )
-from transformers.models.rt_detr.modeling_rt_detr import RTDetrMultiscaleDeformableAttention  # noqa: E402
+from transformers.models.rt_detr.modeling_rt_detr import (  # noqa: E402
+    RTDetrMultiscaleDeformableAttention,
+    RTDetrSinePositionEmbedding,
+)
 
-from examples.zoo_deformable import deformable_attention  # noqa: E402
+from examples.zoo_deformable import deformable_attention, sine_positions  # noqa: E402
 from examples.zoo_vit import VIT_SUBSTITUTIONS, AnyResolution  # noqa: E402
 
 transformers.logging.set_verbosity_error()  # the "no torchvision, using the PIL processor" notice
@@ -174,9 +177,10 @@ RT_DETR_SUBSTITUTIONS = {
     RTDetrMultiscaleDeformableAttention.forward: Substitution(
         RTDetrMultiscaleDeformableAttention.forward, deformable_attention
     ),
+    RTDetrSinePositionEmbedding.forward: Substitution(RTDetrSinePositionEmbedding.forward, sine_positions),
 }
-"""The postprocess, and the decoder's deformable attention at four dims per image (ncnn's limit;
-examples/zoo_deformable.py)."""
+"""The postprocess, the decoder's deformable attention at four dims per image (ncnn's limit), and
+the encoder's position embedding without an ``int()`` of run-time sizes (examples/zoo_deformable.py)."""
 FXDEPLOY_SUBSTITUTIONS = {**DETR_SUBSTITUTIONS, **YOLOS_SUBSTITUTIONS, **RT_DETR_SUBSTITUTIONS, **VIT_SUBSTITUTIONS}
 """Picked up by the CLI and the benchmark's subprocesses (``examples/zoo.py:detr_small``)."""
 

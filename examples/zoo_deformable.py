@@ -16,7 +16,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.models.rt_detr.modeling_rt_detr import RTDetrMultiscaleDeformableAttention
+from transformers.models.rt_detr.modeling_rt_detr import (
+    RTDetrMultiscaleDeformableAttention,
+    build_2d_sinusoidal_position_embedding,
+)
 
 
 def deformable_attention(
@@ -64,3 +67,15 @@ def deformable_attention(
     output = (torch.cat(sampled, dim=-1) * weights_flat).sum(-1).view(batch, heads * head_dim, queries)
     output = self.output_proj(output.transpose(1, 2))
     return output, weights.view(batch, queries, heads, levels, points)
+
+
+def sine_positions(self: Any, width: Any, height: Any, device: Any, dtype: torch.dtype) -> torch.Tensor:
+    """``RTDetrSinePositionEmbedding.forward`` without its ``int()`` of the feature map's sizes.
+
+    transformers casts height and width to Python ints to key an LRU cache; on a run-time size
+    that cast is a guard pinning the image's H and W to the example's (``(H - 1)//32 + 1 == 4``).
+    The same function, called on the sizes as they are, gives the same values at every size."""
+    return build_2d_sinusoidal_position_embedding(
+        height=height, width=width, embed_dim=self.embed_dim, temperature=self.temperature, device=device,
+        dtype=dtype,
+    ).unsqueeze(0)

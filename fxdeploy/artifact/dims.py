@@ -100,7 +100,12 @@ def symbolic_dims(fake: Any, names: dict[str, str]) -> list[int | str]:
     a dim derived from one (``32*h``, ``2*h + 1``: torch.export's ``32 * Dim("h")``)."""
     if not isinstance(fake, torch.Tensor):
         return []
-    return [expression(size, names) if isinstance(size, torch.SymInt) else int(size) for size in fake.shape]
+    return [expression(size, names) if _symbolic(size) else int(size) for size in fake.shape]
+
+
+def _symbolic(size: Any) -> bool:
+    """A SymInt still free (one that capture specialized to a number is static)."""
+    return isinstance(size, torch.SymInt) and not size.node.expr.is_number
 
 
 def expression(size: torch.SymInt, names: dict[str, str]) -> str:
@@ -144,6 +149,8 @@ def dim_ranges(
             continue  # 32*s39: a derived dim, bounded through its root
         if not str(symbol).startswith("s"):
             continue  # a data-dependent value (u0, zuf0), not an input dim
+        if str(symbol) not in names:
+            continue  # a size inside the graph (a retrace's own symbol), not an input's
         name = names.get(str(symbol), str(symbol))
         lo = int(value_range.lower)
         hi = finite_or(value_range.upper, INT_MAX)

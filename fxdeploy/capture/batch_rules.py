@@ -5,7 +5,11 @@ in torch.export, and a few ops have no rule at all. Here, while vmap traces a pe
 - ops that treat dim 0 image by image (conv, pooling, norms) fold the images into it (``_FOLD``);
 - ``cat``, ``stack`` and ops with a ``dim`` shared by all their tensors run on the whole batch,
   the dim one further (``_DIM_OPS``); ``index_select`` with a per-image index is a ``gather``;
-- ``copy`` and torchvision's ``roi_align`` are spelt with ops that batch.
+- ``copy`` and torchvision's ``roi_align`` are spelt with ops that batch;
+- ``grid_sampler``'s input and grid pair up row by row: the images fold into their dim 0;
+- ``linear`` and ``layer_norm`` of a batched input run with the images as one more leading dim;
+- ``scaled_dot_product_attention`` of one image's heads folds the images into its dim 0;
+- ``sym_size`` (a per-image graph with a dynamic height) reads the image's size.
 Each rule unwraps its operands to the physical batch (images on dim 0) and wraps its result
 back, through torch's pre-dispatch wrappers, so that torch.export records them.
 """
@@ -44,10 +48,16 @@ _FOLD_WHEN: dict[Any, Callable[[tuple[Any, ...]], bool]] = {
     aten.batch_norm.default: lambda args: not args[5],  # training=True: statistics over the batch
 }
 
+_PAIRED: dict[Any, int] = {aten.grid_sampler.default: 2, aten.grid_sampler_2d.default: 2}
+"""Ops whose first n tensors pair up on dim 0, row by row (input and sampling grid)."""
+
+_LEADING = {aten.linear.default, aten.layer_norm.default}
+"""Ops over their input's last dim(s), its leading dims independent (vmap's rules read fixed sizes)."""
+
 _DIM_OPS = {
-    aten.cat.default, aten.stack.default, aten.scatter.src, aten.scatter.value, aten.scatter_add.default,
-    aten.gather.default, aten.sort.default, aten.sort.stable, aten.topk.default, aten.cumsum.default,
-    aten.select_scatter.default, aten.slice_scatter.default,
+    aten.cat.default, aten.concat.default, aten.stack.default, aten.scatter.src, aten.scatter.value,
+    aten.scatter_add.default, aten.gather.default, aten.sort.default, aten.sort.stable, aten.topk.default,
+    aten.cumsum.default, aten.select_scatter.default, aten.slice_scatter.default,
 }
 """Ops with a ``dim`` whose tensors all share it: run on the whole batch, the dim one further."""
 
@@ -136,6 +146,44 @@ def _roi_align(batch: Batch, target: Any, args: tuple[Any, ...], kwargs: dict[st
     return batch.wrap(out.unflatten(0, (batch.size, rois.shape[0])))
 
 
+def _paired(batch: Batch, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """An op whose leading tensors pair up row by row on dim 0 (``grid_sampler``: input n and
+    grid n): every image's rows fold into that dim, and the result unfolds."""
+    count = _PAIRED[target]
+    rows = args[0].shape[0]
+    folded = [batch.physical(t).flatten(0, 1) for t in args[:count]]
+    out = target(*folded, *args[count:], **kwargs)
+    return batch.wrap(out.unflatten(0, (batch.size, rows)))
+
+
+def _leading(batch: Batch, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """An op over the last dim(s) whose leading dims are independent (``linear``): the images
+    are one more leading dim."""
+    return batch.wrap(target(batch.physical(args[0]), *args[1:], **kwargs))
+
+
+def _attention(batch: Batch, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``scaled_dot_product_attention`` of one image's [1, heads, L, E] query, key and value (and
+    mask): the images fold into dim 0, which the op treats image by image."""
+    q, k, v, *rest = args
+    folded = [batch.physical(t).flatten(0, 1) for t in (q, k, v)]
+    mask = rest[0] if rest else kwargs.get("attn_mask")
+    if is_batched(mask):
+        mask = batch.physical(mask).flatten(0, 1)
+        rest, kwargs = ([mask, *rest[1:]], kwargs) if rest else (rest, {**kwargs, "attn_mask": mask})
+    out = target(*folded, *rest, **kwargs)
+    return batch.wrap(out.unsqueeze(1))
+
+
+def _per_image_attention(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Query, key, value and a batched mask each one image's [1, ..., L, E], 4-D (the op's own rank)."""
+    mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+    parts = [*args[:3], *([mask] if is_batched(mask) else [])]
+    return all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[0] == 1 for t in parts) and (
+        mask is None or is_batched(mask) or mask.dim() < 4 or mask.shape[0] == 1
+    )
+
+
 def rule_for(
     target: Any, args: tuple[Any, ...], batched: list[torch.Tensor]
 ) -> Callable[[Batch, tuple[Any, ...], dict[str, Any]], Any] | None:
@@ -151,4 +199,13 @@ def rule_for(
         return lambda batch, a, k: _roi_align(batch, target, a, k)
     if target in _SAME_VALUE:
         return lambda batch, a, k: _SAME_VALUE[target](*a, **k)
+    if target in _PAIRED and all(isinstance(t, torch.Tensor) for t in args[: _PAIRED[target]]) \
+            and len({t.shape[0] for t in args[: _PAIRED[target]]}) == 1:
+        return lambda batch, a, k: _paired(batch, target, a, k)
+    if target in _LEADING and is_batched(args[0]) and len(batched) == 1:
+        return lambda batch, a, k: _leading(batch, target, a, k)
+    if target is aten.scaled_dot_product_attention.default and _per_image_attention(args, {}):
+        return lambda batch, a, k: _attention(batch, target, a, k)
+    if target is aten.sym_size.int:  # a per-image size (its height): the image's, not the batch's
+        return lambda batch, a, k: a[0].shape[a[1]]
     return None

@@ -6,8 +6,9 @@ has traced the whole model: for torchvision's SSD300, a minute of tracing whose 
 throws away before it captures one image. While a whole batch is exported non-strict, this torch
 function mode reads the trace's shape environment before each torch call; once an input's size has
 become a constant, it stops the trace with ``BatchFixed``, which says what torch.export would have
-said, and where. Capture uses it only where the batch is the inputs' one dynamic dim
-(``per_image.batch_dim``): there, an input size that became a constant is the batch. It reads the
+said, and where. Capture uses it only where the batch is dim 0 of every input and no other dim
+(``per_image.batch_dim``): there, a dim-0 input size that became a constant is the batch; the
+inputs' other dynamic dims (height, width) are left to torch.export's own error. It reads the
 trace and changes nothing in it; a trace whose batch stays dynamic is the same with it or without.
 """
 
@@ -55,11 +56,17 @@ class _WatchBatch(TorchFunctionMode):
             return
         self.seen = len(env.replacements)
         for symbol, value in env.replacements.items():
-            if value.is_number and symbol in env.var_to_sources:  # an input's size, now a constant
+            if value.is_number and _is_batch(env.var_to_sources.get(symbol, ())):  # now a constant
                 self.fired = True  # once: torch's own clean-up runs torch calls under this mode too
                 stack = user_stack(sys._getframe(2))
                 where = stack[-1].strip().splitlines()[0] if stack else "an unknown line"
                 raise BatchFixed(self.name, int(value), where)
+
+
+def _is_batch(sources: Any) -> bool:
+    """True when the symbol is some input's dim 0 (``L['x'].size()[0]``)."""
+    return any(getattr(source, "idx", None) == 0 and "size" in str(getattr(source, "prop", "")).lower()
+               for source in sources)
 
 
 @contextlib.contextmanager

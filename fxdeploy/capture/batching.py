@@ -53,15 +53,17 @@ def vectorized_job(job: Any, captured: Captured, engine: Engine) -> Any:
     if inputs[0].shape[0] < 2:  # torch.export fixes a dim whose example size is 1
         inputs = [torch.cat([x, x]) for x in inputs]
     dim = torch.export.Dim(info["dim"], min=info["min"], max=info["max"])
+    own = job.dynamic_shapes or [None] * len(inputs)  # the per-image graph's other dims (height, width)
+    shapes = [{**{d: s for d, s in (dims or {}).items() if d != 0}, 0: dim} for dims in own]
     try:
-        batched, program = vectorize(job.graph_module, inputs, dim)
+        batched, program = vectorize(job.graph_module, inputs, shapes)
     except Unbatchable as exc:
         engine.why = f"the per-image graph does not vectorize: {exc.reason}"
         logger.info("the engine runs once per image (%s)", engine.why)
         return job
     engine.batched = True
     return dataclasses.replace(
-        job, graph_module=batched, example_inputs=inputs, dynamic_shapes=[{0: dim} for _ in inputs],
+        job, graph_module=batched, example_inputs=inputs, dynamic_shapes=shapes,
         exported_program=program,
     )
 

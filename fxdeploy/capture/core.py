@@ -111,7 +111,7 @@ def capture(
                                                  batch=batch.name if batch is not None else None)
         except CaptureError as exc:
             if batch is not None and per_image.specialized(exc.__cause__ or exc, batch.name):
-                captured = _try_one_image(exc, model, args, kwargs, subs, settings, batch, flat_inputs, called)
+                captured = _try_one_image(exc, model, args, kwargs, subs, settings, batch, flat_inputs, called, opts)
                 if captured is None:
                     raise  # the batch's own error says what to change
                 captured.widened_dims = widened
@@ -189,7 +189,7 @@ def _lift_minimums(captured: Captured, lifted: dict[str, int]) -> None:
 def _try_one_image(
     exc: CaptureError, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     subs: list[substitution.Substitution], settings: Settings, batch: per_image.BatchDim,
-    batch_inputs: list[torch.Tensor], called: list[str],
+    batch_inputs: list[torch.Tensor], called: list[str], opts: dict[str, int],
 ) -> Captured | None:
     """The model fixes its ``batch`` (``exc``, the whole batch's error): capture one image,
     starting where the batch's capture got to; None if that fails too (its CaptureError where the
@@ -201,7 +201,7 @@ def _try_one_image(
     mode = "strict" if strict else settings.capture.mode
     start = (mode, getattr(exc, "real_values", False))
     try:
-        return _capture_one_image(model, args, kwargs, subs, settings, batch, batch_inputs, start)
+        return _capture_one_image(model, args, kwargs, subs, batch, batch_inputs, start, opts)
     except per_image.JoinError:
         raise  # it names the output that depends on the whole batch: clearer than the batch's error
     except Exception as failed:  # noqa: BLE001 - the caller raises the whole batch's error instead
@@ -213,10 +213,11 @@ def _try_one_image(
 
 def _capture_one_image(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], subs: list[substitution.Substitution],
-    settings: Settings, batch: per_image.BatchDim, batch_inputs: list[torch.Tensor], start: tuple[str, bool],
+    batch: per_image.BatchDim, batch_inputs: list[torch.Tensor], start: tuple[str, bool], opts: dict[str, int],
 ) -> Captured:
     """Capture the first image with a static batch of 1, starting in the mode the whole batch
-    needed (``start``: capture mode, real values); record how per-image results join."""
+    needed (``start``: capture mode, real values), the inputs' other dynamic dims kept (a fix
+    torch.export suggests for them applied and warned about); record how per-image results join."""
     one_args, one_kwargs = per_image.take_images((args, kwargs), 0, 1)
     two_args, two_kwargs = per_image.take_images((args, kwargs), 0, 2)
     distinct = batch_inputs[0].shape[0] > 1 and not all(torch.equal(x[0], x[1]) for x in batch_inputs)
@@ -230,8 +231,19 @@ def _capture_one_image(
         raise CaptureError("a model that loops over the batch and returns dataclasses is not supported; return dicts")
     plan = per_image.join_plan(one, two)
     flat_one, in_spec = pytree.tree_flatten((one_args, one_kwargs))
-    ep, mode, applied = exporting.export(model, one_args, one_kwargs, None, subs, *start)
-    captured = _flatten(ep, one, None, flat_one, in_spec, {}, mode, applied, subs)
+    shapes, changes = batch.rest, []
+    try:
+        ep, mode, applied = exporting.export(model, one_args, one_kwargs, shapes, subs, *start)
+    except CaptureError as exc:
+        fixed = fixes.apply(shapes, fixes.suggested(exc.__cause__)) if shapes is not None else None
+        if fixed is None:
+            raise
+        shapes, changes = fixed
+        ep, mode, applied = exporting.export(model, one_args, one_kwargs, shapes, subs, *start)
+    captured = _flatten(ep, one, None, flat_one, in_spec, opts, mode, applied, subs)
+    changes += fixes.narrowed(shapes, captured.dims)
+    fixes.warn(changes)
+    captured.dim_changes = changes
     captured.per_image = dict(batch.to_dict(), opt=int(batch_inputs[0].shape[0]), join=plan)
     captured.batch_inputs = list(batch_inputs)
     return captured

@@ -44,11 +44,24 @@ def writes(node: torch.fx.Node) -> bool:
 
 
 def functionalize(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """``ep`` with every write turned into a functional op; ``ep`` itself where nothing writes."""
+    """``ep`` with every write turned into a functional op; ``ep`` itself where nothing writes.
+
+    torch's retrace runs the program's input guards as code first, and that code fixes a dim
+    derived from another (``32*h``) to the example's size (``(H - 1)//32 + 1 == 4`` evaluated as
+    a guard on ``h``): the retrace leaves them out, and the result keeps them as data."""
     if not any(writes(node) for node in ep.graph.nodes):
         return ep
     _alias_eval_dropouts(ep.graph_module)
-    return ep.run_decompositions({})
+    guards = getattr(ep, "_guards_code", None)
+    if not guards:
+        return ep.run_decompositions({})
+    ep._guards_code = []
+    try:
+        functional = ep.run_decompositions({})
+    finally:
+        ep._guards_code = guards
+    functional._guards_code = guards
+    return functional
 
 
 def _alias_eval_dropouts(gm: torch.fx.GraphModule) -> None:

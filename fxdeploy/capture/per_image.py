@@ -4,8 +4,9 @@ torch.export cannot hold a Python loop over a dynamic batch (``for i in range(x.
 ``model(list(images.unbind(0)))``): it specializes the batch to the example's size. Detection
 libraries write their postprocessing that way (torchvision, Ultralytics). When every tensor input
 has the same dynamic dim 0 and capture specializes it, fxdeploy captures one image (the batch
-static at 1), and the deployed model runs each image of a call through the engine, then joins the
-per-image results into what eager returns for the whole batch. Where the engine takes a batch, the
+static at 1, the inputs' other dynamic dims, such as height and width, kept dynamic), and the
+deployed model runs each image of a call through the engine, then joins the per-image results
+into what eager returns for the whole batch. Where the engine takes a batch, the
 per-image graph is vectorized first (``fxdeploy.capture.vectorize``): one engine call gives every
 image's results, which join the same way.
 
@@ -33,11 +34,13 @@ from fxdeploy.errors import CaptureError
 
 @dataclass(frozen=True)
 class BatchDim:
-    """The dynamic batch a per-image capture stands for: dim 0 of every tensor input."""
+    """The dynamic batch a per-image capture stands for: dim 0 of every tensor input.
+    ``rest``: the inputs' other dynamic dims (RT-DETR's height and width), which one image keeps."""
 
     name: str
     min: int
     max: int
+    rest: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"dim": self.name, "min": self.min, "max": self.max}
@@ -47,23 +50,33 @@ def batch_dim(export_shapes: Any, flat_inputs: list[torch.Tensor]) -> BatchDim |
     """The dim named on dim 0 of every tensor input (and nowhere else), or None."""
     if export_shapes is None:
         return None
-    specs = list(export_shapes.values() if isinstance(export_shapes, Mapping) else export_shapes)
+    is_mapping = isinstance(export_shapes, Mapping)
+    specs = list(export_shapes.values() if is_mapping else export_shapes)
     if len(specs) != len(flat_inputs) or not flat_inputs:
         return None
     firsts = set()
     for spec in specs:
         if not isinstance(spec, Mapping) or 0 not in spec or spec[0] is None:
             return None
-        if any(d != 0 and s is not None for d, s in spec.items()):
-            return None  # other dynamic dims too: not a plain batch loop
         firsts.add(spec[0])
     if len(firsts) != 1:
         return None
     dim = firsts.pop()
-    if not hasattr(dim, "__name__"):
-        return None
+    if not hasattr(dim, "__name__") or hasattr(dim, "root"):
+        return None  # a derived dim (2 * batch) is no plain batch
+    rests = [{d: s for d, s in spec.items() if d != 0 and s is not None} or None for spec in specs]
+    if any(_names(s, dim.__name__) for rest in rests for s in (rest or {}).values()):
+        return None  # the batch's size is also another dim's
+    rest = None
+    if any(r is not None for r in rests):
+        rest = dict(zip(export_shapes, rests, strict=True)) if is_mapping else type(export_shapes)(rests)
     low, high = finite_or(getattr(dim, "min", 1), 1), finite_or(getattr(dim, "max", INT_MAX), INT_MAX)
-    return BatchDim(dim.__name__, low, high)
+    return BatchDim(dim.__name__, low, high, rest)
+
+
+def _names(spec: Any, name: str) -> bool:
+    """True when the dim ``spec`` is ``name`` or derived from it."""
+    return getattr(getattr(spec, "root", spec), "__name__", None) == name
 
 
 def specialized(exc: BaseException, name: str) -> bool:

@@ -65,7 +65,8 @@ class _Vectorizing(torch.fx.Interpreter):
             return self._fixing_no_batch(target, super().call_function(target, args, kwargs))
         except RuntimeError as exc:
             if "vmap fallback" not in str(exc):
-                raise
+                message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                raise Unbatchable(f"{target} under vmap: {message} ({call_site(self._node)})") from exc
         decomposed = decomposition_table.get(target)  # type: ignore[arg-type]
         if decomposed is None:
             raise Unbatchable(f"{target} has no batching rule ({call_site(self._node)})")
@@ -110,19 +111,20 @@ def _no_vmap_fallback() -> Iterator[None]:
 
 
 def vectorize(
-    gm: torch.fx.GraphModule, batch_inputs: list[torch.Tensor], dim: torch.export.Dim
+    gm: torch.fx.GraphModule, batch_inputs: list[torch.Tensor], shapes: list[dict[int, Any]]
 ) -> tuple[torch.fx.GraphModule, torch.export.ExportedProgram]:
-    """The per-image graph ``gm`` (inputs and outputs of one image) as a graph of a batch whose
-    size is ``dim``: every output gains a leading batch dim. Returns the graph and the exported
-    program it is taken from (the same graph: an ONNX lowering exports it as is, not traced again).
-    Raises ``Unbatchable``."""
+    """The per-image graph ``gm`` (inputs and outputs of one image) as a graph of a batch:
+    every output gains a leading batch dim. ``shapes``: each batched input's dynamic dims, the
+    batch on dim 0 and the per-image graph's own (height, width) on theirs. Returns the graph and
+    the exported program it is taken from (the same graph: an ONNX lowering exports it as is, not
+    traced again). Raises ``Unbatchable``."""
     module = _Vectorized(_constants_as_buffers(gm))
-    shapes = (tuple({0: dim} for _ in batch_inputs),)  # forward(*inputs)
+    specs = (tuple(shapes),)  # forward(*inputs)
     try:
         with _no_vmap_fallback(), torch.no_grad(), warnings.catch_warnings():
             # torch 2.13's own pytree deprecation, raised inside torch.export; nothing a user can act on
             warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*", category=FutureWarning)
-            program = torch.export.export(module, tuple(batch_inputs), dynamic_shapes=shapes, strict=False)
+            program = torch.export.export(module, tuple(batch_inputs), dynamic_shapes=specs, strict=False)
             _drop_refused(program.graph_module)
             program = program.run_decompositions({})
             vmap_views.simplify(program.graph_module)

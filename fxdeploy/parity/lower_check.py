@@ -5,13 +5,14 @@ that capture gave back fails at its min, the narrowing torch.export wanted is ta
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy.artifact import dims, structure
+from fxdeploy.artifact import dims, guards, structure
 from fxdeploy.capture import Captured, eval_mode, fixes, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import InferenceError, LoweringError, first_line
@@ -114,13 +115,17 @@ def _verify_per_image(
     every image's proposals in one matmul)."""
     info = captured.per_image
     batch = dims.DimRange(info["dim"], info["min"], info["max"], min(max(info["opt"], info["min"]), info["max"]))
-    shapes = [[info["dim"], *x.shape[1:]] for x in captured.batch_inputs]
+    shapes = [[info["dim"], *shape[1:]] for shape in captured.input_shapes]
     eager_fn = _eager_call(model, captured, subs)
     visible = [leaf for leaf in leaves if leaf["kind"] != "hidden"]
     checks = []
     batched = deployed.manifest["per_image"].get("engine") == "batch"
-    for label, sizes in _per_image_sizes(batch):
+    for label, sizes in _per_image_sizes(batch, captured.dims):
         inputs = verify.resized(captured.batch_inputs, shapes, sizes, len(checks))
+        skipped = _breaks_guard(label, inputs, captured)
+        if skipped is not None:
+            checks.append(skipped)
+            continue
         with stage(f"check at {label} {[list(x.shape) for x in inputs]}", deployed.target), torch.no_grad():
             if batched:
                 want = eager_fn(list(inputs))
@@ -136,15 +141,29 @@ def _verify_per_image(
     return checks
 
 
-def _per_image_sizes(batch: dims.DimRange) -> list[tuple[str, dict[str, int]]]:
-    """The example, min, opt and max batches, each at most two images past the min: an artifact
+def _breaks_guard(label: str, inputs: list[torch.Tensor], captured: Captured) -> dict[str, Any] | None:
+    """A check whose sizes break one of torch.export's guards (read at a batch of 1, as the graph
+    saw one image) is skipped with the ``DimWarning`` a whole-batch check gives: ``Deployed``
+    refuses those sizes."""
+    one = {name: [1, *x.shape[1:]] for name, x in zip(captured.input_names, inputs, strict=True)}
+    broken = guards.violated(captured.guards, one) if captured.guards else None
+    if broken is None:
+        return None
+    shapes = [list(x.shape) for x in inputs]
+    warnings.warn(guards.warning(label, shapes, broken), fixes.DimWarning, stacklevel=4)
+    return {"label": label, "shapes": shapes, "max_abs_error": None, "skipped": broken}
+
+
+def _per_image_sizes(batch: dims.DimRange, others: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
+    """The example, min, opt and max batches (with the other dims, ``others``, at theirs), each
+    batch at most two images past the min: an artifact
     whose engine takes one image runs it once per image (and a vectorized graph is the same graph
     at every batch size), so a batch of two checks the host's loop and join as a
     batch of eight would, at a quarter of the cost (torchvision's detectors lower at 1 to 8)."""
     cap = max(2, batch.min)
     points: list[tuple[str, dict[str, int]]] = []
-    for label, sizes in verify.check_sizes({batch.name: batch}):
-        capped = {name: min(size, cap) for name, size in sizes.items()}
+    for label, sizes in verify.check_sizes({batch.name: batch, **others}):
+        capped = {name: min(size, cap) if name == batch.name else size for name, size in sizes.items()}
         if all(capped != s for _, s in points):
             points.append((label, capped))
     return points

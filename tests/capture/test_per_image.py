@@ -9,6 +9,7 @@ from torch._subclasses import FakeTensor
 import fxdeploy
 from fxdeploy.artifact.structure import join_images
 from fxdeploy.capture import capture, per_image, substitution
+from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import CaptureError
 from tests.helpers import require_target
 
@@ -54,7 +55,12 @@ def test_batch_dim_needs_the_same_dim_0_on_every_input() -> None:
     inputs = [torch.zeros(2, 3), torch.zeros(2, 5)]
     assert per_image.batch_dim({"a": {0: batch}, "b": {0: batch}}, inputs) == per_image.BatchDim("batch", 1, 8)
     assert per_image.batch_dim({"a": {0: batch}, "b": None}, inputs) is None
-    assert per_image.batch_dim({"a": {0: batch, 1: torch.export.Dim("n")}, "b": {0: batch}}, inputs) is None
+    n = torch.export.Dim("n")
+    with_n = per_image.batch_dim({"a": {0: batch, 1: n}, "b": {0: batch}}, inputs)  # RT-DETR's H and W
+    assert with_n == per_image.BatchDim("batch", 1, 8, {"a": {1: n}, "b": None})
+    assert per_image.batch_dim({"a": {0: batch, 1: batch}, "b": {0: batch}}, inputs) is None  # batch elsewhere too
+    assert per_image.batch_dim({"a": {0: batch, 1: 2 * batch}, "b": {0: batch}}, inputs) is None
+    assert per_image.batch_dim({"a": {0: 2 * n}, "b": {0: 2 * n}}, inputs) is None  # a derived dim is no batch
     assert per_image.batch_dim(None, inputs) is None
 
 
@@ -221,3 +227,33 @@ def test_a_model_that_calls_a_substituted_function_is_captured_for_one_image_str
     assert captured.substitutions == [f"{__name__}.scale_rows"]
     non_strict = [size for fake, size in model.seen if fake]
     assert non_strict == [], f"non-strict traces of batches {non_strict} reached the head"
+
+
+class PinsItsWidth(torch.nn.Module):
+    """Loops over the images, writes in place (so capture functionalizes) and takes ``int()`` of
+    a size derived from the dynamic width, as transformers' ``torch_int`` does: torch.export
+    records a guard pinning the width, without an error."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outs = []
+        for image in x:
+            y = image.clone()
+            y[:, 0] = 0
+            outs.append(y * int((image.shape[-1] - 1) // 8 + 1))
+        return torch.stack(outs)
+
+
+def test_a_guard_that_pins_a_derived_dim_is_said_not_baked_in() -> None:
+    """The width stays a dim of the artifact, the guard that pins it is kept and said at lower()'s
+    checks past it (a DimWarning each, as for a whole-batch capture), and a call past it is an
+    InputError naming it. Functionalization once ran that guard as code and fixed the width to
+    the example's, silently."""
+    x = torch.randn(2, 3, 32)
+    shapes = {"x": {0: ("batch", 1, 4), 2: 8 * torch.export.Dim("w", min=2, max=16)}}
+    with pytest.warns(DimWarning, match=r"break '\(1 \+ \(\(\(-1\) \+ x.shape\[2\]\) // 8\)\) == 4'"):
+        deployed = fxdeploy.lower(PinsItsWidth(), (x,), target="onnxruntime", dynamic_shapes=shapes)
+    assert deployed.manifest["inputs"][0]["shape"][2] == "8*w"
+    assert [c["label"] for c in deployed.manifest["info"]["shape_checks"] if c.get("skipped")] == ["min", "max"]
+    torch.testing.assert_close(deployed(x), PinsItsWidth()(x))
+    with pytest.raises(fxdeploy.InputError, match=r"== 4"):
+        deployed(torch.randn(2, 3, 40))

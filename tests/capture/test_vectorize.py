@@ -14,6 +14,7 @@ from torch import nn
 
 import fxdeploy
 from fxdeploy.cli.report import render_report
+from fxdeploy.ops import multiclass_nms
 from fxdeploy.parity import compare_outputs
 from tests.detections import assert_same_detections
 from tests.detectors.test_tiny_yolo import images, tiny_yolo
@@ -193,3 +194,61 @@ def test_tensorrt_onnx_carries_the_batch_and_its_profile_spans_min_opt_max(tmp_p
                 for key in ("boxes", "scores", "labels")} for i in range(batch)]
         with torch.no_grad():
             assert_same_detections(model(x), got)
+
+
+class AnySize(nn.Module):
+    """A detector for images of any size (multiples of 16): per image, its best 16 cells by
+    score (a fixed count at every size), then NMS; a Python loop over the images, as users write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Conv2d(3, 8, 3, 4, 1), nn.ReLU(), nn.Conv2d(8, 16, 3, 4, 1), nn.ReLU(),
+                                 nn.Conv2d(16, 4 + 3, 1))
+
+    def forward(self, images: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        results = []
+        height, width = images.shape[2], images.shape[3]
+        for out in self.net(images / 255.0):
+            rows = out.flatten(1).transpose(0, 1)  # [h * w, 4 + 3]
+            scores = (rows[:, 4:] * 8).sigmoid()
+            top = scores.amax(1).topk(16).indices
+            at = rows[top, :2].sigmoid()
+            centers = torch.stack([at[:, 0] * width, at[:, 1] * height], 1)
+            sides = rows[top, 2:4].exp() * 2
+            boxes = torch.cat([centers - sides, centers + sides], 1)
+            det_boxes, det_scores, det_labels = multiclass_nms(
+                boxes[None], scores[top][None], iou_threshold=0.6, score_threshold=0.05, keep_top_k=10)[:3]
+            kept = det_labels[0] >= 0
+            results.append({"boxes": det_boxes[0][kept], "scores": det_scores[0][kept], "labels": det_labels[0][kept]})
+        return results
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino", "torchscript"])
+def test_a_per_image_loop_keeps_its_dynamic_height_and_width_beside_the_batch(target: str, tmp_path: Path) -> None:
+    """A dynamic batch and a dynamic H and W (multiples of its stride 16): captured for one image
+    with H and W kept, vectorized with all three dynamic, one engine call per batch, every
+    detection as eager's at each batch and size, after save/load too."""
+    require_target(target)
+    model = AnySize().eval()
+    h, w = torch.export.Dim("h", min=4, max=10), torch.export.Dim("w", min=4, max=10)
+    shapes = {"images": {0: ("batch", 1, 8), 2: 16 * h, 3: 16 * w}}
+    deployed = fxdeploy.lower(model, (images(2, 0),), target=target, dynamic_shapes=shapes)
+    manifest = deployed.manifest
+    assert manifest["per_image"]["engine"] == "batch", manifest["per_image"]
+    assert manifest["inputs"][0]["shape"] == ["batch", 3, "16*h", "16*w"]
+    assert {name: manifest["dims"][name]["max"] for name in manifest["dims"]} == {"batch": 8, "h": 10, "w": 10}
+    deployed.save(tmp_path / "a")
+    loaded = fxdeploy.load(tmp_path / "a")
+    for batch, size, seed in ((1, (128, 128), 3), (3, (64, 160), 1), (8, (96, 112), 2)):
+        x = torch.nn.functional.interpolate(images(batch, seed), size=size, mode="nearest")
+        with torch.no_grad():
+            want = model(x)
+        assert sum(len(image["scores"]) for image in want) > 5 * batch, "too few detections to compare"
+        for runner in (deployed, loaded):
+            calls = count_engine_calls(runner)
+            got = runner(x)
+            assert calls[0] == 1, f"batch {batch}: {calls[0]} engine calls"
+            assert_same_detections(want, got, score_atol=1e-4)
+    with pytest.raises(fxdeploy.InputError, match="16\\*h"):
+        loaded(images(2, 0)[..., :120, :])

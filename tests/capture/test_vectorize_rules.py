@@ -36,6 +36,18 @@ def _nms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
                           keep_top_k=4)
 
 
+def _attention(x: torch.Tensor) -> torch.Tensor:
+    heads = x.reshape(1, 3, 5, 1).expand(1, 3, 5, 4)  # [1, heads, L, E], one image
+    mask = torch.arange(5).view(1, 1, 1, 5) <= torch.arange(5).view(1, 1, 5, 1)
+    return nn.functional.scaled_dot_product_attention(heads * 0.5, heads.flip(2), heads.cos(), attn_mask=mask)
+
+
+def _grid_sample(x: torch.Tensor) -> torch.Tensor:
+    maps = x.reshape(3, 1, 1, 5).expand(3, 2, 4, 5)  # 3 rows per image, each with its own grid
+    grid = torch.stack([x.tanh(), x.flip(2).tanh()], -1).reshape(3, 1, 5, 2)
+    return nn.functional.grid_sample(maps, grid, align_corners=False)
+
+
 CASES: dict[str, Callable[[], nn.Module]] = {
     "conv, batch norm, pooling, upsampling (folded into dim 0)": lambda: nn.Sequential(
         nn.Unflatten(2, (1, 5)), nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.MaxPool2d((1, 2)),
@@ -48,6 +60,11 @@ CASES: dict[str, Callable[[], nn.Module]] = {
     "copy into a buffer": lambda: Fn(_copy_into_buffer),
     "an op decomposed (renorm has no batching rule)": lambda: Fn(lambda x: torch.renorm(x, 2, 1, 1.0)),
     "multiclass_nms (batched by definition)": lambda: Fn(_nms),
+    "linear and layer_norm (images as one more leading dim)": lambda: nn.Sequential(
+        nn.Linear(5, 6), nn.LayerNorm(6), nn.Linear(6, 2)),
+    "concat": lambda: Fn(lambda x: torch.concat([x, x.exp()], 2)),
+    "attention over one image's heads, with a mask": lambda: Fn(_attention),
+    "grid_sample with a grid per row": lambda: Fn(_grid_sample),
 }
 
 
@@ -56,7 +73,7 @@ def test_each_image_gets_what_the_per_image_graph_gives_it(case: str) -> None:
     torch.manual_seed(0)
     model = CASES[case]().eval()
     gm = capture(model, (torch.randn(1, 3, 5),)).graph_module
-    batched, _ = vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
+    batched, _ = vectorize(gm, [torch.randn(2, 3, 5)], [{0: torch.export.Dim("batch", min=1, max=8)}])
     for size in (1, 5):
         x = torch.randn(size, 3, 5)
         with torch.no_grad():
@@ -70,7 +87,7 @@ def test_each_image_gets_what_the_per_image_graph_gives_it(case: str) -> None:
 def test_an_op_with_no_batching_rule_is_named_with_its_line() -> None:
     gm = capture(Fn(lambda x: torch.histc(x, bins=4)), (torch.randn(1, 3, 5),)).graph_module
     with pytest.raises(Unbatchable) as refused:
-        vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
+        vectorize(gm, [torch.randn(2, 3, 5)], [{0: torch.export.Dim("batch", min=1, max=8)}])
     assert "aten.histc" in refused.value.reason and "test_vectorize_rules.py" in refused.value.reason
     assert "\n" not in refused.value.reason
 
@@ -80,4 +97,23 @@ def test_an_op_whose_vmap_rule_reads_the_batch_as_a_number_is_named() -> None:
     not in torch.export's later 'Constraints violated', which names none."""
     gm = capture(Fn(lambda x: torch.take_along_dim(x, x.argsort(2), 2)), (torch.randn(1, 3, 5),)).graph_module
     with pytest.raises(Unbatchable, match=r"take_along_dim.* fixes the batch size \(File .*test_vectorize_rules"):
-        vectorize(gm, [torch.randn(2, 3, 5)], torch.export.Dim("batch", min=1, max=8))
+        vectorize(gm, [torch.randn(2, 3, 5)], [{0: torch.export.Dim("batch", min=1, max=8)}])
+
+
+def test_a_per_image_graph_keeps_its_own_dynamic_dim() -> None:
+    """Captured with a dynamic width (RT-DETR's H and W), the graph reads that size (``sym_size``)
+    and keeps it dynamic beside the batch."""
+    model = Fn(lambda x: nn.functional.layer_norm(x, (x.shape[2],)).reshape(1, -1, x.shape[2]) + x.shape[2])
+    width = torch.export.Dim("width", min=2, max=16)
+    gm = capture(model, (torch.randn(1, 3, 5),), dynamic_shapes=({2: width},)).graph_module
+    assert any(n.target is torch.ops.aten.sym_size.int for n in gm.graph.nodes)
+    batched, program = vectorize(gm, [torch.randn(2, 3, 5)], [{0: torch.export.Dim("batch", min=1, max=8), 2: width}])
+    user = program.graph_signature.user_inputs[0]
+    shape = next(n for n in program.graph.nodes if n.name == user).meta["val"].shape
+    assert all(isinstance(d, torch.SymInt) for d in (shape[0], shape[2]))
+    for size, w in ((1, 5), (4, 9), (3, 2)):
+        x = torch.randn(size, 3, w)
+        with torch.no_grad():
+            got = batched(x)[0]
+            want = torch.cat([gm(x[i : i + 1])[0] for i in range(size)])
+        torch.testing.assert_close(got, want.unsqueeze(1), rtol=1e-5, atol=1e-5)

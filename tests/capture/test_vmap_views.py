@@ -55,7 +55,7 @@ def _views_between_convolutions(gm: torch.fx.GraphModule) -> list[str]:
 def test_a_vectorized_backbone_has_no_view_before_any_convolution() -> None:
     model = _batch_norm_statistics(Block())
     gm = capture(model, (torch.randn(1, 3, 12, 12),)).graph_module
-    batched, program = vectorize(gm, [torch.randn(2, 3, 12, 12)], torch.export.Dim("batch", min=1, max=8))
+    batched, program = vectorize(gm, [torch.randn(2, 3, 12, 12)], [{0: torch.export.Dim("batch", min=1, max=8)}])
     assert _views_between_convolutions(program.graph_module) == []
     for size in (1, 5):
         x = torch.randn(size, 3, 12, 12)

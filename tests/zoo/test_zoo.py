@@ -6,7 +6,8 @@ compared by max abs error, detectors detection by detection (paired by label and
 eager's order. A target missing here skips with its reason; a known failure is a strict xfail
 with its concrete reason, so it turns into a failure the day it is fixed.
 
-``make test`` runs the ``zoo_fast`` subset (the small ResNet and YOLOS on ONNX Runtime);
+``make test`` runs the ``zoo_fast`` subset (the small ResNet and YOLOS on ONNX Runtime, RT-DETR
+on ONNX Runtime, OpenVINO and ncnn);
 ``make zoo`` runs everything. Lowerings are cached per module, and the cache holds one model at
 a time (tests run model by model), so ResNet-50's artifacts are freed before DETR's are built.
 """
@@ -23,17 +24,20 @@ from torch import nn
 
 import fxdeploy
 from examples.zoo import ZOO, ZooEntry
-from fxdeploy.errors import CaptureError, LoweringError
+from fxdeploy.errors import CaptureError
 from tests.helpers import require_target as require
 from tests.zoo.checks import check_classifier, check_detections
-from tests.zoo.known_failures import KNOWN_FAILURES, NCNN_FIXED_HW
+from tests.zoo.known_failures import KNOWN_FAILURES
 
 TARGETS = list(fxdeploy.targets())
 TOLERANCE = {"ncnn": 1e-3}
 """Max abs error (detections: score difference); 1e-4 elsewhere."""
 BATCHES = (1, 3)
 SECOND_RESOLUTION = (96, 160)
-FAST = {("resnet_small", "onnxruntime"), ("yolos_small", "onnxruntime")}
+FAST = {("resnet_small", "onnxruntime"), ("yolos_small", "onnxruntime"),
+        ("rt_detr_small", "onnxruntime"), ("rt_detr_small", "openvino"), ("rt_detr_small", "ncnn")}
+"""In ``make test``: RT-DETR with its batch, height and width dynamic at once (its postprocess
+loops over the images) on the runtimes that run it."""
 
 
 def _cases() -> Iterator[Any]:
@@ -47,8 +51,6 @@ def _cases() -> Iterator[Any]:
                 if (name, target) in KNOWN_FAILURES:
                     reason, raises = KNOWN_FAILURES[name, target]
                     marks.append(pytest.mark.xfail(reason=reason, raises=raises, strict=True))
-                elif check == "resolution" and target == "ncnn" and name in NCNN_FIXED_HW:
-                    marks.append(pytest.mark.xfail(reason=NCNN_FIXED_HW[name], raises=LoweringError, strict=True))
                 yield pytest.param(name, target, check, marks=marks, id=f"{name}-{target}-{check}")
 
 
@@ -128,8 +130,7 @@ def check(name: str, model: nn.Module, deployed: fxdeploy.Deployed, x: torch.Ten
 @pytest.mark.parametrize(("name", "target", "check_kind"), list(_cases()))
 def test_zoo_matches_eager(lowered, name: str, target: str, check_kind: str) -> None:
     require(target)
-    dynamic_hw = has_dynamic_hw(name) and not (target == "ncnn" and name in NCNN_FIXED_HW and check_kind == "batch")
-    model, example, deployed = lowered(name, target, dynamic_hw)
+    model, example, deployed = lowered(name, target, has_dynamic_hw(name))
     size = tuple(example.shape[2:]) if check_kind == "batch" else SECOND_RESOLUTION
     matched = sum(check(name, model, deployed, images(batch, size, seed), target) for seed, batch in enumerate(BATCHES))
     if ZOO[name].kind == "detector":
