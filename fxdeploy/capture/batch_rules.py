@@ -157,9 +157,14 @@ def _paired(batch: Batch, target: Any, args: tuple[Any, ...], kwargs: dict[str, 
 
 
 def _leading(batch: Batch, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """An op over the last dim(s) whose leading dims are independent (``linear``): the images
-    are one more leading dim."""
-    return batch.wrap(target(batch.physical(args[0]), *args[1:], **kwargs))
+    """An op over the last dim(s) whose leading dims are independent (``linear``, ``layer_norm``):
+    the images are one more leading dim. A 3-D ``linear`` input is flattened to 2-D first: torch's
+    own kernel for a non-contiguous 3-D one branches on its sizes, which fixes the batch."""
+    physical = batch.physical(args[0])
+    if target is not aten.linear.default:
+        return batch.wrap(target(physical, *args[1:], **kwargs))
+    out = target(physical.reshape(-1, physical.shape[-1]), *args[1:], **kwargs)
+    return batch.wrap(out.reshape(*physical.shape[:-1], out.shape[-1]))
 
 
 def _attention(batch: Batch, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

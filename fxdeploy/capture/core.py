@@ -231,15 +231,9 @@ def _capture_one_image(
         raise CaptureError("a model that loops over the batch and returns dataclasses is not supported; return dicts")
     plan = per_image.join_plan(one, two)
     flat_one, in_spec = pytree.tree_flatten((one_args, one_kwargs))
-    shapes, changes = batch.rest, []
-    try:
-        ep, mode, applied = exporting.export(model, one_args, one_kwargs, shapes, subs, *start)
-    except CaptureError as exc:
-        fixed = fixes.apply(shapes, fixes.suggested(exc.__cause__)) if shapes is not None else None
-        if fixed is None:
-            raise
-        shapes, changes = fixed
-        ep, mode, applied = exporting.export(model, one_args, one_kwargs, shapes, subs, *start)
+    (ep, mode, applied), shapes, changes = fixes.exported_with_fixes(
+        lambda shapes: exporting.export(model, one_args, one_kwargs, shapes, subs, *start), batch.rest
+    )
     captured = _flatten(ep, one, None, flat_one, in_spec, opts, mode, applied, subs)
     changes += fixes.narrowed(shapes, captured.dims)
     fixes.warn(changes)

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 
 from fxdeploy.artifact.dims import INT_MAX, finite_or
+from fxdeploy.errors import CaptureError
+
+T = TypeVar("T")
 
 
 class DimWarning(UserWarning):
@@ -63,6 +66,19 @@ def apply(export_shapes: Any, fixes: dict[str, str]) -> tuple[Any, list[str]] | 
     lines = [_describe(name, declared.get(name), built[name], fixes[name]) for name in sorted(built)
              if name in declared]
     return _replace(export_shapes, built), lines
+
+
+def exported_with_fixes(export: Callable[[Any], T], shapes: Any) -> tuple[T, Any, list[str]]:
+    """``export(shapes)``; where it raises a CaptureError whose cause carries torch.export's
+    suggested fixes, ``export`` of the fixed shapes. Returns the result, the shapes it used and
+    the lines that describe the fixes (none where it needed none)."""
+    try:
+        return export(shapes), shapes, []
+    except CaptureError as exc:
+        fixed = apply(shapes, suggested(exc.__cause__)) if shapes is not None else None
+        if fixed is None:
+            raise
+        return export(fixed[0]), fixed[0], fixed[1]
 
 
 def narrowed(export_shapes: Any, dims: Mapping[str, Any]) -> list[str]:

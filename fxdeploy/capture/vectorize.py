@@ -60,7 +60,7 @@ class _Vectorizing(torch.fx.Interpreter):
         if batched:
             rule = rules.rule_for(target, args, batched)
             if rule is not None:
-                return rule(self.batch, args, kwargs)
+                return self._fixing_no_batch(target, rule(self.batch, args, kwargs))
         try:
             return self._fixing_no_batch(target, super().call_function(target, args, kwargs))
         except RuntimeError as exc:

@@ -62,6 +62,8 @@ CASES: dict[str, Callable[[], nn.Module]] = {
     "multiclass_nms (batched by definition)": lambda: Fn(_nms),
     "linear and layer_norm (images as one more leading dim)": lambda: nn.Sequential(
         nn.Linear(5, 6), nn.LayerNorm(6), nn.Linear(6, 2)),
+    "linear of a linear's relu (Faster R-CNN's box head)": lambda: Fn(
+        lambda x: nn.functional.linear(nn.functional.linear(x, torch.ones(6, 5)).relu(), torch.ones(2, 6))),
     "concat": lambda: Fn(lambda x: torch.concat([x, x.exp()], 2)),
     "attention over one image's heads, with a mask": lambda: Fn(_attention),
     "grid_sample with a grid per row": lambda: Fn(_grid_sample),
