@@ -60,7 +60,32 @@ def _retinanet() -> tuple[torch.nn.Module, Callable[[int, int], torch.Tensor], C
     return retinanet()[0], images, dets
 
 
-MODELS = {"yolo11n": _yolo, "retinanet": _retinanet}
+def _rt_detr() -> tuple[torch.nn.Module, Callable[[int, int], torch.Tensor], Callable[[Any], list[Detections]]]:
+    """The zoo's RT-DETR (transformers), its batch, height and width dynamic at once."""
+    from examples.zoo import ZOO
+
+    def images(count: int, seed: int) -> torch.Tensor:
+        return torch.randn(count, 3, 128, 128, generator=torch.Generator().manual_seed(seed))
+
+    def dets(out: Any) -> list[Detections]:
+        """transformers' dicts (eager), or the padded rows and counts the tensor-only postprocess gives."""
+        if isinstance(out, list):
+            return [Detections(r["boxes"], r["scores"], r["labels"]) for r in out]
+        boxes, scores, labels, counts = out
+        rows = zip(boxes, scores, labels, counts.tolist(), strict=True)
+        return [Detections(b[:n], s[:n], lab[:n]) for b, s, lab, n in rows]
+
+    return ZOO["rt_detr_small"].factory()[0], images, dets
+
+
+MODELS = {"yolo11n": _yolo, "retinanet": _retinanet, "rt_detr": _rt_detr}
+def _lowering(name: str) -> tuple[dict[str, Any], Any]:
+    """(dynamic_shapes, substitutions) for ``fxdeploy.lower``: RT-DETR's H and W are dynamic too."""
+    if name != "rt_detr":
+        return {"images": {0: ("batch", 1, 8)}}, None
+    from examples.zoo import ZOO
+
+    return ZOO["rt_detr_small"].dynamic_shapes, ZOO["rt_detr_small"].substitutions
 
 
 def ultralytics_onnx_nms(model: torch.nn.Module, batch: int, work: Path) -> Callable[[torch.Tensor], Any]:
@@ -92,12 +117,13 @@ def ultralytics_onnx_nms(model: torch.nn.Module, batch: int, work: Path) -> Call
 
 def contenders(name: str, batch: int, work: Path) -> tuple[dict[str, Callable[[torch.Tensor], Any]], Any]:
     model, images, dets = MODELS[name]()
-    dynamic = {"images": {0: ("batch", 1, 8)}}
+    dynamic, subs = _lowering(name)
     runs: dict[str, Callable[[torch.Tensor], Any]] = {}
     for target in TARGETS:
         for label, batching in (("batched", "vectorize"), ("per-image", "per_image")):
             settings = fxdeploy.Settings(threads=THREADS, batching=batching, verify=False)
-            deployed = fxdeploy.lower(model, (images(2, 0),), target=target, settings=settings, dynamic_shapes=dynamic)
+            deployed = fxdeploy.lower(model, (images(2, 0),), target=target, settings=settings, dynamic_shapes=dynamic,
+                                      substitutions=subs)
             assert deployed.manifest["per_image"]["engine"] == ("batch" if batching == "vectorize" else "image")
             runs[f"{target} {label}"] = deployed
     if name == "yolo11n":
