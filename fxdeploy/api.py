@@ -14,10 +14,11 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact
 from fxdeploy.artifact import dims, structure
 from fxdeploy.artifact.manifest import Manifest
-from fxdeploy.capture import Captured, batching, capture, substitution
+from fxdeploy.capture import Captured, batching, capture, fixes, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import (
     ArtifactError,
+    DynamicSizesUnsupported,
     FxDeployError,
     InferenceError,
     LoweringError,
@@ -63,17 +64,18 @@ def lower(
     check_precision(chosen, settings.precision)
     subs = substitution.resolve(substitutions)
 
-    def build() -> Deployed:
+    def build(shapes: Any = dynamic_shapes) -> Deployed:
         try:
             with stage("capture", chosen.name):
-                captured = capture(
-                    model, args, kwargs, dynamic_shapes=dynamic_shapes, substitutions=subs, settings=settings
-                )
+                captured = capture(model, args, kwargs, dynamic_shapes=shapes, substitutions=subs, settings=settings)
             gm = captured.graph_module
             update(gm, output_names=tuple(captured.output_names))
             with stage("passes", chosen.name):
                 gm, report = run_pipeline(gm, chosen.pipeline, settings)
-            return _lower_graph(chosen, captured, gm, report, settings, model, subs, calibration)
+            try:
+                return _lower_graph(chosen, captured, gm, report, settings, model, subs, calibration)
+            except DynamicSizesUnsupported as exc:  # once more, with those sizes fixed (none left: raised)
+                return _with_fixed_sizes(build, captured, chosen, exc)
         except InferenceError as exc:  # the artifact was built, and fails on lower()'s own checks
             raise LoweringError(f"target {chosen.name!r}: the lowered artifact failed lower()'s check: {exc}") from exc
         except FxDeployError:
@@ -162,9 +164,23 @@ def _lower_graph(
     return deployed
 
 
+def _with_fixed_sizes(build: Callable[[Any], Deployed], captured: Captured, chosen: Target, exc: Exception) -> Deployed:
+    """``build`` with the dims besides the batch fixed at the example's (warned, recorded); raises if none is left."""
+    why = f"{str(exc).splitlines()[0].rstrip(':')}, so it cannot stay dynamic"
+    refit = fixes.fixed_at_example(captured.export_dynamic_shapes, captured.example_inputs, why)
+    if refit is None:
+        raise LoweringError(f"target {chosen.name!r}: {exc}") from exc
+    fixes.warn(refit[1])  # then build with them fixed
+    deployed = build(refit[0])
+    deployed.manifest["info"]["dim_changes"] = [*refit[1], *deployed.manifest["info"].get("dim_changes", [])]
+    return deployed
+
+
 def _lower(chosen: Target, job: LoweringJob) -> Lowered:
     try:
         return chosen.lower(job)
+    except DynamicSizesUnsupported:  # lower() fixes the sizes and lowers again
+        raise
     except LoweringError as exc:
         raise LoweringError(f"target {chosen.name!r}: {exc}") from exc
 

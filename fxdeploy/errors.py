@@ -19,6 +19,11 @@ class LoweringError(FxDeployError):
     """The captured graph could not be lowered for the chosen target."""
 
 
+class DynamicSizesUnsupported(LoweringError):
+    """The target's converter cannot keep the dims besides the batch dynamic (pnnx failing at a
+    second input size): lower() lowers again with those dims fixed at the example's, and warns."""
+
+
 class InputError(FxDeployError, ValueError):
     """Inputs given to a Deployed model do not match its manifest."""
 

@@ -53,3 +53,11 @@ def load_net(
         if code != 0:
             raise error(f"ncnn: loading {path} failed with code {code}")
     return net
+
+
+def as_ids(values: Any) -> Any:
+    """Integer ids (a numpy array) as ncnn's Embed reads them: their int32 bits, in a float32 array
+    as ``ncnn.Mat`` takes it."""
+    import numpy as np
+
+    return np.ascontiguousarray(values, dtype=np.int32).view(np.float32)

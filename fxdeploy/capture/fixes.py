@@ -81,6 +81,24 @@ def exported_with_fixes(export: Callable[[Any], T], shapes: Any) -> tuple[T, Any
         return export(fixed[0]), fixed[0], fixed[1]
 
 
+def fixed_at_example(export_shapes: Any, inputs: list[torch.Tensor], why: str) -> tuple[Any, list[str]] | None:
+    """``export_shapes`` (one entry per flat input) with every dynamic dim but dim 0 (the batch) made
+    static at the example's size, and one line per dim made so (``why`` says why); None where no
+    such dim is left."""
+    if not isinstance(export_shapes, list | tuple) or len(export_shapes) != len(inputs):
+        return None
+    sizes: dict[str, int] = {}
+    for spec, x in zip(export_shapes, inputs, strict=True):
+        for d, dim in (spec or {}).items():
+            if d != 0 and dim is not None:
+                sizes.setdefault(str(getattr(dim, "__name__", dim)), int(x.shape[d]))
+    if not sizes:
+        return None
+    kept = [{0: spec[0]} if spec and spec.get(0) is not None else None for spec in export_shapes]
+    return kept, [f"dim {name!r} fixed at the example's {size}: {why}; the artifact takes only that size"
+                  for name, size in sorted(sizes.items())]
+
+
 def narrowed(export_shapes: Any, dims: Mapping[str, Any]) -> list[str]:
     """One line per declared dim whose captured range is narrower than declared. torch.export
     narrows without an error where the model's code allows no smaller size (a root of derived

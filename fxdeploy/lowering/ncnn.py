@@ -16,15 +16,18 @@ leaves unconverted is moved to a host stage and the graph cut and lowered again 
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fxdeploy.artifact.jit_warnings import quiet_jit
-from fxdeploy.artifact.ncnn_net import load_net
+from fxdeploy.artifact.ncnn_net import as_ids
 from fxdeploy.errors import LoweringError
-from fxdeploy.lowering.ncnn_checks import batch_symbol, head_outputs
+from fxdeploy.lowering.ncnn_bisect import Probe, ValuesDiffer, blamed, first_differing
+from fxdeploy.lowering.ncnn_checks import batch_symbol, head_outputs, input_layout
 from fxdeploy.lowering.ncnn_convert import (
     BIN,
     PARAM,
@@ -35,6 +38,7 @@ from fxdeploy.lowering.ncnn_convert import (
     second_shapes,
 )
 from fxdeploy.lowering.ncnn_fallback import layer_kinds, lower_with_host_fallback
+from fxdeploy.lowering.ncnn_ids import exact_casts_as_noops, id_inputs
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
 from fxdeploy.partition import Engine, Host, HostOp, Plan, Source, Stage
 from fxdeploy.partition.cut import Part, split_parts
@@ -136,13 +140,19 @@ def _is_empty(stage: Part) -> bool:
 
 def _lower_engine(
     module: torch.fx.GraphModule, args: list[torch.Tensor], labels: list[str], output_names: list[str] | None,
-    out_dir: Path, names: tuple[str, str], *, fp16: bool, batch: str | None = None,
+    out_dir: Path, names: tuple[str, str], *, fp16: bool, batch: str | None = None, bisect: bool = True,
 ) -> Engine:
-    """Trace one engine stage at one image, convert it with pnnx, and check what ncnn can run."""
+    """Trace one engine stage at one image, convert it with pnnx, and check what ncnn can run;
+    where its values differ from PyTorch's, ``bisect`` finds the first op that does (``ncnn_bisect``)."""
+    given, given_args = module, args
     shared = _shared_inputs(module, batch) if batch is not None else []
     if shared:
         module = _with_leading_one(module, shared)
         args = [x[None] if k in shared else x for k, x in enumerate(args)]
+    exact = [k for k, x in enumerate(args) if not x.is_floating_point() and not x.is_complex()]
+    if exact:
+        module = _with_float_inputs(module, exact)
+        args = [x.float() if k in exact else x for k, x in enumerate(args)]
     batch = batch_symbol(module, labels, shared)
     outputs = head_outputs(module, batch, output_names)
     per_image = [x[:1] for x in args]
@@ -158,61 +168,43 @@ def _lower_engine(
         raise
     second = second_shapes(module)
     pnnx_graph = convert(traced, per_image, out_dir, fp16=fp16, second=second, names=names)
+    exact_casts_as_noops(out_dir / names[0], pnnx_graph, set(exact))
     try:
         check_layers(out_dir / names[0], dynamic_sizes=second is not None)
     except UnconvertedLayers as exc:  # for the host fallback: which stage, and pnnx's view of it
         exc.module, exc.pnnx_graph = module, pnnx_graph
         raise
     check_blobs(out_dir / names[0], len(args), len(outputs))
+    ids = id_inputs(out_dir / names[0], set(exact), labels)
     with torch.no_grad():
         expected = [y.detach().float().numpy() for y in module(*per_image)]
-    batched = _input_layout(out_dir, names, [x.numpy() for x in per_image], expected)
+    fed = [as_ids(x.detach().numpy()) if k in ids else x.detach().numpy() for k, x in enumerate(per_image)]
+    try:
+        batched = input_layout(out_dir, names, fed, expected)
+    except ValuesDiffer as exc:  # which op pnnx got wrong, for the host fallback
+        if not bisect:
+            raise
+        found = first_differing(given, batch, _probe(given_args, labels, fp16, batch))
+        raise ValuesDiffer(str(exc), blamed(found) if found is not None else {}) from None
     return Engine(names[0], names[1], tuple(f"in{k}" for k in range(len(args))), tuple(outputs),
-                  batched_inputs=batched, shared_inputs=tuple(shared))
+                  batched_inputs=batched, shared_inputs=tuple(shared), id_inputs=tuple(sorted(ids.items())))
 
 
-def _input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expected: list[Any]) -> bool:
-    """How the engine takes its inputs, found by running it once on the example image.
+def _probe(args: list[torch.Tensor], labels: list[str], fp16: bool, batch: str | None) -> Probe:
+    """Whether a prefix of a stage (taking the stage inputs listed) gives other values than PyTorch
+    on ncnn; a prefix that does not lower otherwise is not blamed."""
+    def differs(part: torch.fx.GraphModule, kept: list[int]) -> bool:
+        with tempfile.TemporaryDirectory(prefix="fxdeploy-bisect-") as work:
+            try:
+                _lower_engine(part, [args[k] for k in kept], [labels[k] for k in kept], None, Path(work),
+                              (PARAM, BIN), fp16=fp16, batch=batch, bisect=False)
+            except ValuesDiffer:
+                return True
+            except LoweringError:
+                return False
+        return False
 
-    pnnx drops the batch axis of an operand when it can tell where the batch is (a convolution's
-    input, an image); when it cannot (a stage that starts from [B, N, C] values a host stage
-    gathered, with no such op behind them), it may keep the operand whole, with the batch as a
-    leading 1, and then expects the input blob the same way. Returns False for per-image blobs,
-    True for blobs that keep the leading 1; raises when neither gives PyTorch's values."""
-    import ncnn
-    import numpy as np
-
-    net = load_net(out_dir / names[0], out_dir / names[1], threads=1, fp16=False, error=LoweringError)
-    problems = []
-    for batched in (False, True):
-        arrays = [np.ascontiguousarray(x if batched else x[0]) for x in inputs]
-        if any(a.ndim > 4 for a in arrays):  # ncnn.Mat raises a raw RuntimeError past 4 dims
-            problems.append(f"{'with' if batched else 'without'} the batch axis: an input of "
-                            f"{max(a.ndim for a in arrays)} dims, and ncnn's Mat holds at most 4 (c, d, h, w)")
-            continue
-        extractor = net.create_extractor()
-        mats = [ncnn.Mat(a).clone() for a in arrays]
-        for k, mat in enumerate(mats):
-            extractor.input(f"in{k}", mat)
-        got = [extractor.extract(f"out{k}") for k in range(len(expected))]
-        errors = [
-            "missing" if code != 0 else "size" if np.array(mat).size != want.size
-            else float(np.abs(np.array(mat).reshape(want.shape) - want).max())
-            for (code, mat), want in zip(got, expected, strict=True)
-        ]
-        scale = max((float(np.abs(want).max()) for want in expected if want.size), default=1.0)
-        if all(isinstance(e, float) and e <= 1e-3 * max(1.0, scale) for e in errors):
-            return batched
-        problems.append(f"{'with' if batched else 'without'} the batch axis: output errors {errors}")
-    volumes = any(x.ndim == 5 for x in inputs)
-    raise LoweringError(
-        f"ncnn: the engine {names[0]} does not give PyTorch's values on the example image, fed "
-        + "; or ".join(problems)
-        + (". A per-image input is a 3-D volume (c, d, h, w): ncnn's 3-D layers (convolution, upsampling, "
-           "normalization over d, h, w) do not give PyTorch's values for this graph" if volumes else
-           ". pnnx placed the batch axis differently from the graph")
-        + "; onnxruntime, openvino and torchscript run it (fxdeploy.lower(..., target='onnxruntime'))"
-    )
+    return differs
 
 
 def _graph_batch(gm: torch.fx.GraphModule) -> str | None:
@@ -230,28 +222,52 @@ def _shared_inputs(stage: torch.fx.GraphModule, batch: str) -> list[int]:
     values = [n.meta.get("val") for n in stage.graph.nodes if n.op == "placeholder"]
     return [
         k for k, v in enumerate(values)
-        if isinstance(v, torch.Tensor) and v.dtype == torch.float32 and (v.dim() == 0 or str(v.shape[0]) != batch)
+        if isinstance(v, torch.Tensor) and (v.dim() == 0 or str(v.shape[0]) != batch)
     ]
+
+
+def _with_float_inputs(stage: torch.fx.GraphModule, exact: list[int]) -> torch.fx.GraphModule:
+    """``stage`` taking its integer and bool inputs (token ids, attention masks) as float32, cast
+    back first (``aten::to``, which pnnx reads; it leaves ``aten::_to_copy`` as it is): ncnn's blobs
+    hold float32, which holds every integer below 2**24 exactly (the executor refuses larger ones).
+    Embedding lookups and mask arithmetic then run in the engine."""
+    return _rewrapped(stage, exact, "_as_float", torch.Tensor.float,
+                      lambda outer, value: (torch.ops.aten.to.dtype, (outer, value.dtype)), same_sizes=True)
 
 
 def _with_leading_one(stage: torch.fx.GraphModule, shared: list[int]) -> torch.fx.GraphModule:
     """``stage`` taking each shared input with a leading 1, squeezed off first: the engine then
     takes it as it takes an image, whose batch axis pnnx drops."""
+    return _rewrapped(stage, shared, "_with_one", lambda value: value.unsqueeze(0),
+                      lambda outer, value: (torch.ops.aten.squeeze.dim, (outer, 0)), same_sizes=False)
+
+
+def _rewrapped(
+    stage: torch.fx.GraphModule, chosen: list[int], suffix: str, outer_value: Callable[[Any], Any],
+    inner: Callable[[torch.fx.Node, Any], tuple[Any, tuple[Any, ...]]], *, same_sizes: bool,
+) -> torch.fx.GraphModule:
+    """``stage`` taking each ``chosen`` input as ``outer_value`` of it, made back into the value its
+    nodes read by the ``inner`` op (which keeps the input's name). ``same_sizes``: the outer input
+    has the inner one's sizes, and the stage reads them there (pnnx follows no size through a cast)."""
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
+    outer_of: dict[torch.fx.Node, torch.fx.Node] = {}
     placeholders = [n for n in stage.graph.nodes if n.op == "placeholder"]
-    for k, node in enumerate(placeholders):  # the squeezed value keeps the name the stage's nodes use
-        outer = graph.placeholder(f"{node.name}_with_one" if k in shared else node.name)
+    for k, node in enumerate(placeholders):
+        outer = graph.placeholder(f"{node.name}{suffix}" if k in chosen else node.name)
         outer.meta = dict(node.meta)
-        if k in shared:
-            outer.meta["val"] = node.meta["val"].unsqueeze(0)
-            env[node] = graph.create_node("call_function", torch.ops.aten.squeeze.dim, (outer, 0), name=node.name)
+        if k in chosen:
+            outer.meta["val"] = outer_value(node.meta["val"])
+            env[node] = graph.create_node("call_function", *inner(outer, node.meta["val"]), name=node.name)
             env[node].meta = dict(node.meta)
+            outer_of[env[node]] = outer
         else:
             env[node] = outer
     for node in stage.graph.nodes:
         if node.op != "placeholder":
             env[node] = graph.node_copy(node, lambda a: env[a])
+            if same_sizes and node.target is torch.ops.aten.sym_size.int and env[node].args[0] in outer_of:
+                env[node].update_arg(0, outer_of[env[node].args[0]])
     wrapped = torch.fx.GraphModule(stage, graph)
     wrapped.eval()
     return wrapped

@@ -1,16 +1,21 @@
-"""What an ncnn engine stage can take: a float32 input with the batch on dim 0, outputs with the
-batch on dim 0, at most four dims per image. Each check names the input or output it refuses
-and what to do instead; the accepted outputs become the plan's ``EngineOutput`` entries.
+"""What an ncnn engine stage can take: a float32 input (integers and bools cast to it by the
+lowering) with the batch on dim 0, outputs with the batch on dim 0, at most four dims per image.
+Each check names the input or output it refuses and what to do instead; the accepted outputs
+become the plan's ``EngineOutput`` entries. ``input_layout`` runs the converted engine once on the
+example image: how it takes its inputs, and whether it gives PyTorch's values at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from fxdeploy.artifact.ncnn_net import load_net
 from fxdeploy.errors import LoweringError
+from fxdeploy.lowering.ncnn_bisect import ValuesDiffer
 from fxdeploy.partition import EngineOutput
 from fxdeploy.passes.graph_utils import call_site
 
@@ -19,15 +24,14 @@ OUTPUT_DTYPES = (torch.float32, torch.float16, torch.int64, torch.int32, torch.b
 
 
 def _not_float(label: str, node: torch.fx.Node, dtype: torch.dtype) -> str:
-    """What reads a non-float engine input, and what to do: ncnn's blobs hold float32 only."""
+    """What reads an engine input of another float dtype, and what to do: ncnn's blobs hold float32 only."""
     values = [u for u in node.users if u.target is not torch.ops.aten.sym_size.int]  # not its size: its values
     readers = "; ".join(f"{user.target} at {call_site(user)}" for user in values[:3]) or "nothing"
     return (
         f"ncnn: {node.name!r} is {dtype} ({label}), and ncnn's blobs hold float32 only; its values are read "
         f"by {readers}. "
-        "An engine stage cannot take integers or bools (token ids, attention masks, indices). Make the value "
-        "float in the model before that op where float32 holds it exactly (ids below 2**24, 0/1 masks), or "
-        "lower to onnxruntime or openvino, which take it as it is"
+        "Integers and bools go in as float32 (exact below 2**24); other dtypes do not. Cast the value to "
+        "float32 in the model before that op, or lower to onnxruntime or openvino, which take it as it is"
     )
 
 
@@ -92,3 +96,47 @@ def _check_rank(label: str, value: torch.Tensor) -> None:
 
 def _shape(value: Any) -> str:
     return str(list(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expected: list[Any]) -> bool:
+    """How the engine takes its inputs, found by running it once on the example image.
+
+    pnnx drops the batch axis of an operand when it can tell where the batch is (a convolution's
+    input, an image); when it cannot (a stage that starts from [B, N, C] values a host stage
+    gathered, with no such op behind them), it may keep the operand whole, with the batch as a
+    leading 1, and then expects the input blob the same way. Returns False for per-image blobs,
+    True for blobs that keep the leading 1; raises when neither gives PyTorch's values."""
+    import ncnn
+    import numpy as np
+
+    net = load_net(out_dir / names[0], out_dir / names[1], threads=1, fp16=False, error=LoweringError)
+    problems = []
+    for batched in (False, True):
+        arrays = [np.ascontiguousarray(x if batched else x[0]) for x in inputs]
+        if any(a.ndim > 4 for a in arrays):  # ncnn.Mat raises a raw RuntimeError past 4 dims
+            problems.append(f"{'with' if batched else 'without'} the batch axis: an input of "
+                            f"{max(a.ndim for a in arrays)} dims, and ncnn's Mat holds at most 4 (c, d, h, w)")
+            continue
+        extractor = net.create_extractor()
+        mats = [ncnn.Mat(a).clone() for a in arrays]
+        for k, mat in enumerate(mats):
+            extractor.input(f"in{k}", mat)
+        got = [extractor.extract(f"out{k}") for k in range(len(expected))]
+        errors = [
+            "missing" if code != 0 else "size" if np.array(mat).size != want.size
+            else float(np.abs(np.array(mat).reshape(want.shape) - want).max())
+            for (code, mat), want in zip(got, expected, strict=True)
+        ]
+        scale = max((float(np.abs(want).max()) for want in expected if want.size), default=1.0)
+        if all(isinstance(e, float) and e <= 1e-3 * max(1.0, scale) for e in errors):
+            return batched
+        problems.append(f"{'with' if batched else 'without'} the batch axis: output errors {errors}")
+    volumes = any(x.ndim == 5 for x in inputs)
+    raise ValuesDiffer(
+        f"ncnn: the engine {names[0]} does not give PyTorch's values on the example image, fed "
+        + "; or ".join(problems)
+        + (". A per-image input is a 3-D volume (c, d, h, w): ncnn's 3-D layers (convolution, upsampling, "
+           "normalization over d, h, w) do not give PyTorch's values for this graph" if volumes else
+           ". pnnx placed the batch axis differently from the graph")
+        + "; onnxruntime, openvino and torchscript run it (fxdeploy.lower(..., target='onnxruntime'))"
+    )

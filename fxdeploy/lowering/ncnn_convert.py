@@ -17,7 +17,7 @@ import torch
 
 from fxdeploy.artifact.dims import finite_or
 from fxdeploy.artifact.jit_warnings import quiet_jit
-from fxdeploy.errors import LoweringError
+from fxdeploy.errors import DynamicSizesUnsupported, LoweringError
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +76,12 @@ def convert(
             log = (result.stdout + result.stderr).strip().splitlines()[-15:]
             custom = _non_aten_ops(traced)
             if second is not None and not custom:
-                raise LoweringError(
+                raise DynamicSizesUnsupported(
                     f"ncnn: pnnx failed (exit code {result.returncode}) re-running the traced graph at a second "
-                    f"input size {second} to keep the height/width dynamic:\n  " + "\n  ".join(log)
+                    f"input size {second} to keep the dims besides the batch dynamic:\n  " + "\n  ".join(log)
                     + "\n  The trace fixed a size there: torch.jit.trace records a size that an aten op computes "
-                    "as a constant. To fix: lower for ncnn with only the batch dynamic "
-                    "(dynamic_shapes={<input>: {0: 'batch'}}), once per input size you serve"
+                    "as a constant. lower() lowers again with those dims fixed at the example's (a DimWarning); "
+                    "lower once per input size you serve, or use another target to keep them dynamic"
                 )
             suspects = f"op(s) {', '.join(custom)}" if custom else "the op named in pnnx's log above"
             raise LoweringError(
@@ -177,4 +177,3 @@ def _ncnn_has(layer_type: str) -> bool:
     except ImportError:
         return True
     return ncnn.layer_to_index(layer_type) >= 0
-

@@ -22,7 +22,8 @@ from typing import TypeVar
 
 import torch
 
-from fxdeploy.errors import LoweringError
+from fxdeploy.errors import DynamicSizesUnsupported, LoweringError
+from fxdeploy.lowering.ncnn_bisect import ValuesDiffer
 from fxdeploy.lowering.ncnn_convert import Layer, UnconvertedLayers
 from fxdeploy.partition.recut import origin, recut
 from fxdeploy.passes.graph_utils import call_site
@@ -43,18 +44,21 @@ _ARITHMETIC = frozenset({"size", "add", "sub", "mul", "div", "neg", "rsub", "int
 def lower_with_host_fallback(
     gm: torch.fx.GraphModule, lower: Callable[[torch.fx.GraphModule], T], out_dir: Path, settings: Settings,
 ) -> tuple[T, dict[str, str]]:
-    """``lower(gm)``, with the nodes behind layers pnnx left unconverted moved to the host until
-    it converts. Returns its result and the nodes moved (name -> reason)."""
+    """``lower(gm)``, with the nodes behind layers pnnx left unconverted, and the first op whose
+    values the engine gets wrong (``ncnn_bisect``), moved to the host until it converts and gives
+    PyTorch's values. Returns its result and the nodes moved (name -> reason)."""
     limit = settings.ncnn.max_host_ops
     moved: dict[str, str] = {}
-    first: UnconvertedLayers | None = None
+    first: LoweringError | None = None
     for _ in range(ROUNDS):
         try:
             return lower(gm), moved
-        except UnconvertedLayers as exc:
+        except (UnconvertedLayers, ValuesDiffer) as exc:
             first = first or exc
-            found, unmapped = nodes_behind(exc)
+            found, unmapped = nodes_behind(exc) if isinstance(exc, UnconvertedLayers) else (exc.nodes, [])
             new = {name: why for name, why in found.items() if name not in moved}
+            if isinstance(exc, ValuesDiffer) and not new:
+                raise  # no op found to differ, or it differs on the host too: the engine's own words
             if unmapped or not new:
                 raise LoweringError(f"{exc}\n  {_why_not(unmapped, found)}") from exc
             if len(moved) + len(new) > limit:
@@ -66,6 +70,8 @@ def lower_with_host_fallback(
             moved.update(new)
             _clear(out_dir)
             gm = recut(gm, moved, settings)
+        except DynamicSizesUnsupported:  # lower() fixes the sizes and starts over
+            raise
         except LoweringError as exc:
             if first is None:
                 raise

@@ -65,6 +65,9 @@ _FROM_SIZES = frozenset({
 })
 """Ops that make a tensor from sizes alone (not ``empty``, which is made to be written into, nor a
 0-d ``scalar_tensor`` of a size, which the lowering traces)."""
+_CUTS = frozenset({_aten.slice, _aten.narrow})
+"""Ops that cut a constant to a run-time size (BERT's position embeddings looked up, to the sequence
+length). Not a parameter: pnnx keeps a parameter's slice by a size dynamic, and folds a buffer's."""
 
 _UNTAGGED_POINTWISE = frozenset({_aten.floor_divide, _aten.triu, _aten.tril})
 
@@ -150,7 +153,9 @@ def _made_from_sizes(gm: GraphModule, free: set[Node]) -> set[Node]:
         if not all(a in made or a in free or a.op == "get_attr" or isinstance(a.meta.get("val"), SIZES)
                    for a in inputs):
             continue
-        if packet(node) in _FROM_SIZES or any(a in made for a in inputs):
+        cut = (packet(node) in _CUTS and any(isinstance(a.meta.get("val"), SIZES) for a in inputs)
+               and not _parameter(gm, node.args[0]))
+        if packet(node) in _FROM_SIZES or cut or any(a in made for a in inputs):
             made.add(node)  # an in-place write into one of them too (RT-DETR's grid_xy[..., 0] /= width)
     written = [n for n in gm.graph.nodes if n.op == "call_function" and _mutates(n) and n not in made]
     if any(a in made for n in written for a in n.all_input_nodes):
@@ -236,6 +241,13 @@ def packet(node: Node) -> object:
     if node.op != "call_function":
         return None
     return operator.getitem if node.target is operator.getitem else getattr(node.target, "overloadpacket", None)
+
+
+def _parameter(gm: GraphModule, node: object) -> bool:
+    value: object = gm
+    for part in str(getattr(node, "target", "")).split(".") if getattr(node, "op", "") == "get_attr" else ["?"]:
+        value = getattr(value, part, None)
+    return isinstance(value, torch.nn.Parameter)
 
 
 def input_free(gm: GraphModule) -> set[Node]:

@@ -55,6 +55,8 @@ class Engine:
     outputs: tuple[EngineOutput, ...]
     batched_inputs: bool = False
     shared_inputs: tuple[int, ...] = ()
+    id_inputs: tuple[tuple[int, int], ...] = ()
+    """(input, rows): inputs ncnn's Embed reads as int32 ids, each in [0, rows)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def _stage_dict(stage: Stage) -> dict[str, Any]:
         outputs = [{"blob": o.blob, "shape": list(o.shape), "dtype": o.dtype} for o in work.outputs]
         return {"kind": "engine", "param": work.param, "bin": work.bin, "blobs": list(work.blobs),
                 "batched_inputs": work.batched_inputs, "shared_inputs": list(work.shared_inputs),
-                "outputs": outputs, "sources": sources}
+                "id_inputs": [list(pair) for pair in work.id_inputs], "outputs": outputs, "sources": sources}
     if isinstance(work, Host):
         ops = [{"op": op.op, "why": op.why} for op in work.ops]
         return {"kind": "host", "file": work.file, "ops": ops, "sources": sources}
@@ -145,7 +147,14 @@ def _engine(data: dict[str, Any], where: str, inputs: int) -> Engine:
         outputs=tuple(_engine_output(item, f"{where}.outputs") for item in _list(data, "outputs", where)),
         batched_inputs=_value(data, "batched_inputs", bool, where, default=False),
         shared_inputs=shared,
+        id_inputs=tuple(_id_input(item, inputs, f"{where}.id_inputs") for item in _list(data, "id_inputs", where, [])),
     )
+
+
+def _id_input(data: object, inputs: int, where: str) -> tuple[int, int]:
+    if not isinstance(data, list) or len(data) != 2:
+        raise ArtifactError(f"{where}: an entry must be [input, rows], got {data!r}")
+    return _index(data[0], inputs, where), _typed(data[1], int, f"{where}: rows")
 
 
 def _engine_output(data: object, where: str) -> EngineOutput:

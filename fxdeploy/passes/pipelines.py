@@ -8,9 +8,12 @@ from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
 from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
+from fxdeploy.passes.ncnn.constant_lookups import constant_lookups
 from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
 from fxdeploy.passes.ncnn.fold_constants import fold_constants
 from fxdeploy.passes.ncnn.functional_spellings import functional_spellings
+from fxdeploy.passes.ncnn.identity_indexing import identity_indexing
+from fxdeploy.passes.ncnn.input_attention_masks import input_attention_masks
 from fxdeploy.passes.ncnn.max_indices import max_indices
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
 from fxdeploy.passes.ncnn.scatters_as_slices import scatters_as_slices
@@ -57,6 +60,10 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # final outputs and every NMS. unit_broadcasts after unit_selects: a
 # per-layer position embedding's select becomes a squeeze first, leaving the [1, N, C] operand.
 # vacuous_masks before float_attention_mask: an all-True mask goes, rather than becoming a float one.
+# constant_lookups after fold_constants (BERT's token-type buffer, gathered and expanded, is a constant).
+# identity_indexing before fold_constants (it reads the aranges a padding mask is indexed by, which
+# fold_constants would fold at a fixed size) and the mask passes; input_attention_masks
+# after vacuous_masks (an all-True mask goes) and before float_attention_mask (which takes the constant ones).
 # max_indices right before the split: the argmax it spells out must be seen by the split (host).
 # comparisons_as_arithmetic after fold_constants (a folded constant operand has a known bound) and
 # after the attention-mask passes (which turn bool masks into float ones themselves); before the
@@ -69,8 +76,9 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # functional_spellings first: the passes after it match reshapes and clamps by their public ops.
 NCNN: tuple[Pass, ...] = (
     *CLEANUP, functional_spellings, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies,
-    scatters_as_slices, fold_constants, vacuous_masks, float_attention_mask, comparisons_as_arithmetic,
-    strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
+    scatters_as_slices, identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks,
+    float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices,
+    host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

@@ -11,9 +11,9 @@ import torch
 
 from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.artifact.manifest import Manifest
-from fxdeploy.artifact.ncnn_net import SPIN_MS, load_net
+from fxdeploy.artifact.ncnn_net import SPIN_MS, as_ids, load_net
 from fxdeploy.artifact.ncnn_net import configure as configure_options
-from fxdeploy.errors import ArtifactError
+from fxdeploy.errors import ArtifactError, InputError
 from fxdeploy.partition import Engine, Host, Plan, Source
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -46,17 +46,20 @@ class NcnnExecutor(Executor):
         self._spin_ms = 0 if any(isinstance(stage.work, Host) for stage in self.plan.stages) else SPIN_MS
         """No spinning after a layer where host stages run between engine stages (ncnn_net.configure)."""
         self.stages: list[tuple[Run, tuple[Source, ...]]] = []
-        for stage in self.plan.stages:
+        names = [spec["name"] for spec in manifest["inputs"]]
+        for s, stage in enumerate(self.plan.stages):
             work = stage.work
+            labels = [names[src.index] if src.stage is None else f"stage {s} input #{k}"
+                      for k, src in enumerate(stage.sources)]
             run = (
-                self._engine(directory, work, settings) if isinstance(work, Engine)
+                self._engine(directory, work, settings, labels) if isinstance(work, Engine)
                 else _host(directory, work) if isinstance(work, Host)
                 else _nothing
             )
             self.stages.append((run, stage.sources))
         self.output_names = [o["name"] for o in manifest["outputs"]]
 
-    def _engine(self, directory: Path, engine: Engine, settings: Settings) -> Run:
+    def _engine(self, directory: Path, engine: Engine, settings: Settings, labels: list[str]) -> Run:
         net = load_net(directory / engine.param, directory / engine.bin, threads=settings.threads,
                        fp16=_fp16(settings), error=ArtifactError, spin_ms=self._spin_ms)
         self.nets.append(net)
@@ -65,7 +68,10 @@ class NcnnExecutor(Executor):
         shared = set(engine.shared_inputs)
         outputs = [(o.blob, o.shape, _dtype(o.dtype)) for o in engine.outputs]
 
+        ids = dict(engine.id_inputs)
+
         def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
+            args = [_as_engine_input(x, labels[k], ids.get(k)) for k, x in enumerate(args)]
             arrays = [x.numpy()[None] if k in shared else x.numpy() for k, x in enumerate(args)]
             return self._run_net(net, blobs, outputs, arrays, engine.batched_inputs, shared)
 
@@ -101,6 +107,33 @@ class NcnnExecutor(Executor):
                     raise RuntimeError(f"ncnn: extracting blob {blob} failed with code {code} for image {b}")
                 rows[k].append(_per_image(np.array(mat), shape, blob))
         return [torch.from_numpy(_stack(r)).to(dtype) for r, (_, _, dtype) in zip(rows, outputs, strict=True)]
+
+
+EXACT = 2**24
+"""ncnn's blobs hold float32: integers (token ids, masks) are exact below 2**24."""
+
+
+def _as_engine_input(x: torch.Tensor, label: str, rows: int | None) -> torch.Tensor:
+    """``x`` as the engine takes it: float32 as it is; integers and bools as float32 numbers, exact
+    below 2**24; ids an Embed reads (``rows``: its table's) as int32 bits, each in [0, rows)."""
+    if x.dtype == torch.float32:
+        return x
+    if rows is not None:
+        low, high = (int(x.min()), int(x.max())) if x.numel() else (0, 0)
+        if low < 0 or high >= rows:
+            raise InputError(
+                f"input {label!r}: ids index an embedding table of {rows} rows, so each must be in [0, {rows}); "
+                f"got {low if low < 0 else high}"
+            )
+        return torch.from_numpy(as_ids(x.numpy()))
+    if not x.is_floating_point() and x.dtype != torch.bool and x.numel():
+        largest = int(x.abs().max())
+        if largest >= EXACT:
+            raise InputError(
+                f"input {label!r}: ncnn takes integer inputs as float32, exact only below 2**24 = {EXACT}; "
+                f"got a value of magnitude {largest}. Lower to onnxruntime or openvino for larger integers"
+            )
+    return x.float()
 
 
 def _overwritten(net: Any, inputs: tuple[str, ...]) -> set[str]:

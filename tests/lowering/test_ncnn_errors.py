@@ -10,23 +10,20 @@ import fxdeploy
 from tests.helpers import require_target
 
 
-class TokenClassifier(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(100, 8)
-        self.head = nn.Linear(8, 2)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.embed(ids).mean(1))  # THE LINE
+class DoubleScale(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * 3.0).to(torch.float32)  # THE LINE
 
 
-def test_integer_ids_are_refused_naming_the_input_the_op_and_the_fix() -> None:
+def test_a_float64_input_is_refused_naming_the_input_the_op_and_the_fix() -> None:
+    """Integers and bools go into the engine as float32 (test_ncnn_integer_inputs.py); a float64
+    input has no exact float32 form, so it is refused, by name."""
     require_target("ncnn")
-    ids = torch.randint(0, 100, (2, 7))
+    x = torch.randn(2, 7, dtype=torch.float64)
     with pytest.raises(fxdeploy.LoweringError) as info:
-        fxdeploy.lower(TokenClassifier().eval(), (ids,), target="ncnn", dynamic_shapes={"ids": {0: "batch"}})
+        fxdeploy.lower(DoubleScale().eval(), (x,), target="ncnn", dynamic_shapes={"x": {0: "batch"}})
     message = str(info.value)
     line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if text.endswith("# THE LINE"))
-    assert "'ids'" in message and "torch.int64" in message and "embedding" in message
+    assert "'x'" in message and "torch.float64" in message and "mul" in message
     assert f'{__file__}", line {line}' in message
     assert "onnxruntime or openvino" in message and "stage" not in message.split("(")[0]

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import fxdeploy
+from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import UnverifiedWarning
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.targets import _TARGETS, Target, register_target
@@ -210,11 +211,23 @@ class Padded(torch.nn.Module):
         return doubled.reshape(x.shape[0], 2 * x.shape[1], x.shape[2], x.shape[3]) * 2.0
 
 
-def test_ncnn_refuses_a_trace_that_fixed_the_size_and_says_what_to_do() -> None:
+def test_ncnn_lowers_at_the_example_size_where_pnnx_cannot_keep_it_dynamic_and_says_so() -> None:
+    """pnnx aborts re-running the trace at a second size: lower() lowers again with H and W fixed at
+    the example's, warns once per dim, records it, and the artifact refuses other sizes by name."""
     require_target("ncnn")
+    model = Padded().eval()
     shapes = {"x": {0: "batch", 2: ("height", 32, 128), 3: ("width", 32, 128)}}
-    with pytest.raises(fxdeploy.LoweringError, match=r"(?s)target 'ncnn'.*second input size.*only the batch dynamic"):
-        fxdeploy.lower(Padded().eval(), (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
+    with pytest.warns(DimWarning, match=r"dim '(height|width)' fixed at the example's 64: ncnn: pnnx failed") as said:
+        deployed = fxdeploy.lower(model, (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
+    assert sorted(str(w.message).split("'")[1] for w in said if w.category is DimWarning) == ["height", "width"]
+    assert deployed.manifest["inputs"][0]["shape"] == ["batch", 3, 64, 64]
+    assert any("pnnx failed" in line for line in deployed.manifest["info"]["dim_changes"])
+    for batch in (1, 3):
+        x = torch.randn(batch, 3, 64, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(deployed(x), model(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(fxdeploy.InputError, match=r"input 'x': dim 2 must be 64.*got 96"):
+        deployed(torch.randn(1, 3, 96, 64))
 
 
 def test_ncnn_names_what_it_cannot_hold_in_a_dynamic_graph(patches) -> None:

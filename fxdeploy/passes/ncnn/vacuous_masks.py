@@ -30,7 +30,10 @@ _VIEWS = {
     aten.contiguous.default, aten.repeat.default,
 }
 """Ops whose output elements are all taken from their first operand's."""
-_PICKS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten.index.Tensor, aten.flatten.using_ints}
+_PICKS = {
+    aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten.index.Tensor, aten.flatten.using_ints,
+    aten.gather.default, aten.index_select.default,
+}
 """More ops whose output elements are all some of their first operand's."""
 _CASTS = {aten.to.dtype, aten.to.device, aten.to.dtype_layout, aten._to_copy.default}
 _ANDS = {aten.logical_and.default, aten.bitwise_and.Tensor, aten.__and__.Tensor}
@@ -63,6 +66,8 @@ def vacuous_masks(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
 
 def _uniform(node: object) -> bool | int | float | None:
     """The value every element of ``node`` holds, where the graph proves there is one; else None."""
+    if isinstance(node, torch.fx.Node) and node.op == "get_attr":
+        return _constant_fill(node)
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
         return None
     target, args = node.target, node.args
@@ -86,6 +91,18 @@ def _uniform(node: object) -> bool | int | float | None:
     if fill is not None and isinstance(args[fill], (bool, int, float)):
         return _cast(args[fill], node)
     return None
+
+
+def _constant_fill(node: torch.fx.Node) -> bool | int | float | None:
+    """The one value a constant (a buffer, a folded value) holds everywhere; None for a parameter (its
+    values may change after capture), a large constant or one that holds more than one value."""
+    value: object = node.graph.owning_module
+    for part in str(node.target).split("."):
+        value = getattr(value, part, None)
+    if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter) or not 0 < value.numel() <= 1 << 20:
+        return None
+    first = value.reshape(-1)[0]
+    return first.item() if bool((value == first).all()) else None
 
 
 def _cast(value: bool | int | float | None, node: torch.fx.Node) -> bool | int | float | None:
