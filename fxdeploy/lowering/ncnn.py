@@ -27,7 +27,7 @@ from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.artifact.ncnn_net import as_ids
 from fxdeploy.errors import LoweringError
 from fxdeploy.lowering.ncnn_bisect import Probe, ValuesDiffer, blamed, first_differing
-from fxdeploy.lowering.ncnn_checks import batch_symbol, head_outputs, input_layout
+from fxdeploy.lowering.ncnn_checks import batch_first, batch_symbol, head_outputs, input_layout
 from fxdeploy.lowering.ncnn_convert import (
     BIN,
     PARAM,
@@ -154,7 +154,8 @@ def _lower_engine(
         module = _with_float_inputs(module, exact)
         args = [x.float() if k in exact else x for k, x in enumerate(args)]
     batch = batch_symbol(module, labels, shared)
-    outputs = head_outputs(module, batch, output_names)
+    module, axes = batch_first(module, batch)
+    outputs = head_outputs(module, batch, output_names, axes)
     per_image = [x[:1] for x in args]
     try:
         traced = trace_graph(module, per_image, target="ncnn")

@@ -59,9 +59,11 @@ def batch_symbol(head: torch.fx.GraphModule, labels: list[str], shared: Sequence
     return symbols.pop()
 
 
-def head_outputs(head: torch.fx.GraphModule, batch: str, names: list[str] | None) -> list[EngineOutput]:
+def head_outputs(
+    head: torch.fx.GraphModule, batch: str, names: list[str] | None, axes: list[int] | None = None,
+) -> list[EngineOutput]:
     """The engine's outputs as blobs out0, out1, ..., each with its per-image shape (-1 where a
-    dynamic size) and the dtype to cast back to."""
+    dynamic size), the dtype to cast back to and where the batch goes back (``axes``, from ``batch_first``)."""
     output = next(n for n in head.graph.nodes if n.op == "output")
     specs: list[EngineOutput] = []
     for k, node in enumerate(output.args[0]):
@@ -69,6 +71,7 @@ def head_outputs(head: torch.fx.GraphModule, batch: str, names: list[str] | None
         value = node.meta.get("val")
         if node.op == "placeholder":
             raise LoweringError(f"ncnn: {label} is an input returned unchanged; return a copy")
+        axis = axes[k] if axes else 0
         if not isinstance(value, torch.Tensor) or value.dim() == 0 or str(value.shape[0]) != batch:
             raise LoweringError(
                 f"ncnn: {label} must have the batch ({batch}) as dim 0, since ncnn runs one image at "
@@ -81,8 +84,36 @@ def head_outputs(head: torch.fx.GraphModule, batch: str, names: list[str] | None
             f"out{k}",
             tuple(-1 if isinstance(d, torch.SymInt) else int(d) for d in value.shape[1:]),
             str(value.dtype).removeprefix("torch."),
+            axis,
         ))
     return specs
+
+
+def batch_first(head: torch.fx.GraphModule, batch: str) -> tuple[torch.fx.GraphModule, list[int]]:
+    """``head`` with each output whose batch is not dim 0 (a decoder's [queries, B, C]) moved to lead
+    with it, and where each batch was. The batch is the one dim of the output's shape that is the
+    batch's symbol; a static batch tells nothing, and such outputs are left (``head_outputs`` says so)."""
+    output = next(n for n in head.graph.nodes if n.op == "output")
+    axes = []
+    for node in output.args[0]:
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        at = [d for d, size in enumerate(getattr(value, "shape", ())) if str(size) == batch]
+        axes.append(at[0] if len(at) == 1 and not batch.isdigit() else 0)
+    if not any(axes):
+        return head, axes
+    graph = torch.fx.Graph()  # a copy: the stage itself still gives the graph's values to later stages
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    values = list(graph.graph_copy(head.graph, env))
+    for k, axis in enumerate(axes):
+        if axis:
+            order = [axis, *(d for d in range(values[k].meta["val"].dim()) if d != axis)]
+            moved = graph.call_function(torch.ops.aten.permute.default, (values[k], order))  # pnnx has no movedim
+            moved.meta["val"] = values[k].meta["val"].permute(order)
+            values[k] = moved
+    graph.output(tuple(values))
+    moved_head = torch.fx.GraphModule(head, graph)
+    moved_head.eval()
+    return moved_head, axes
 
 
 def _check_rank(label: str, value: torch.Tensor) -> None:

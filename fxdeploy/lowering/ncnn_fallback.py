@@ -69,7 +69,10 @@ def lower_with_host_fallback(
                 ) from exc
             moved.update(new)
             _clear(out_dir)
-            gm = recut(gm, moved, settings)
+            try:
+                gm = recut(gm, moved, settings)
+            except KeyError as missing:  # an op the lowering itself added to the stage (a cast, a permute)
+                raise LoweringError(f"{exc}\n  it is the lowering's own op, which cannot move: {missing}") from exc
         except DynamicSizesUnsupported:  # lower() fixes the sizes and starts over
             raise
         except LoweringError as exc:

@@ -42,6 +42,8 @@ class EngineOutput:
     blob: str
     shape: tuple[int, ...]
     dtype: str
+    batch_axis: int = 0
+    """Where the batch goes in the graph's value: the engine gives it first (``ncnn_checks``)."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,8 @@ def _stage_dict(stage: Stage) -> dict[str, Any]:
     sources = [source.to_json() for source in stage.sources]
     work = stage.work
     if isinstance(work, Engine):
-        outputs = [{"blob": o.blob, "shape": list(o.shape), "dtype": o.dtype} for o in work.outputs]
+        outputs = [{"blob": o.blob, "shape": list(o.shape), "dtype": o.dtype,
+                    **({"batch_axis": o.batch_axis} if o.batch_axis else {})} for o in work.outputs]
         return {"kind": "engine", "param": work.param, "bin": work.bin, "blobs": list(work.blobs),
                 "batched_inputs": work.batched_inputs, "shared_inputs": list(work.shared_inputs),
                 "id_inputs": [list(pair) for pair in work.id_inputs], "outputs": outputs, "sources": sources}
@@ -160,7 +163,8 @@ def _id_input(data: object, inputs: int, where: str) -> tuple[int, int]:
 def _engine_output(data: object, where: str) -> EngineOutput:
     data = _mapping(data, where)
     shape = tuple(_typed(d, int, f"{where}: a dim of 'shape'") for d in _list(data, "shape", where))
-    return EngineOutput(_value(data, "blob", str, where), shape, _value(data, "dtype", str, where))
+    axis = _index(data.get("batch_axis", 0), len(shape) + 1, f"{where}.batch_axis")
+    return EngineOutput(_value(data, "blob", str, where), shape, _value(data, "dtype", str, where), axis)
 
 
 def _host_op(data: object, where: str) -> HostOp:

@@ -67,13 +67,15 @@ class NcnnExecutor(Executor):
         blobs = [(blob, blob in copied) for blob in engine.blobs]
         shared = set(engine.shared_inputs)
         outputs = [(o.blob, o.shape, _dtype(o.dtype)) for o in engine.outputs]
+        axes = [o.batch_axis for o in engine.outputs]
 
         ids = dict(engine.id_inputs)
 
         def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
             args = [_as_engine_input(x, labels[k], ids.get(k)) for k, x in enumerate(args)]
             arrays = [x.numpy()[None] if k in shared else x.numpy() for k, x in enumerate(args)]
-            return self._run_net(net, blobs, outputs, arrays, engine.batched_inputs, shared)
+            results = self._run_net(net, blobs, outputs, arrays, engine.batched_inputs, shared)
+            return [y.movedim(0, axis) if axis else y for y, axis in zip(results, axes, strict=True)]
 
         return run
 

@@ -22,7 +22,8 @@ PLAN = Plan(
         Stage((Source(0, 0), Source.graph_input(0)), Host("host.1.pt", (HostOp("aten.topk.default", "no layer"),))),
         Stage((), None),
         Stage((Source(1, 0),), Engine("model.3.ncnn.param", "model.3.ncnn.bin", ("in0",),
-                                      (EngineOutput("out0", (5,), "int64"),), batched_inputs=True)),
+                                      (EngineOutput("out0", (5,), "int64"), EngineOutput("out1", (3, 4), "float32", 2)),
+                                      batched_inputs=True)),
     ),
     outputs=(Source(3, 0), Source(1, 1)),
 )
@@ -46,6 +47,7 @@ def test_a_plan_round_trips_through_its_manifest_form() -> None:
         (lambda d: d["stages"][1]["sources"].append([1, 0]), "stages[1].sources: expected an int in [0, 1), got int 1"),
         (lambda d: d["stages"][0].update(batched_inputs=1), "'batched_inputs' must be bool, got int 1"),
         (lambda d: d["stages"][3].update(shared_inputs=[2]), "shared_inputs: expected an int in [0, 1), got int 2"),
+        (lambda d: d["stages"][3]["outputs"][1].update(batch_axis=3), "batch_axis: expected an int in [0, 3), got"),
         (lambda d: d["stages"][0].update(id_inputs=[[1, 8]]), "id_inputs: expected an int in [0, 1), got int 1"),
         (lambda d: d["stages"][0].update(id_inputs=[0]), "id_inputs: an entry must be [input, rows], got 0"),
         (lambda d: d["stages"][0].update(id_inputs=[[0, "8"]]), "id_inputs: rows must be int, got str '8'"),
