@@ -145,12 +145,13 @@ def _host_stages(manifest: Manifest) -> list[str]:
 
 
 def _unconverted(fallback: Any) -> list[str]:
-    """The nodes the lowering moved to the host because pnnx left their ops unconverted, and the limit."""
+    """The nodes the lowering moved to the host because pnnx left their ops unconverted or the engine
+    got their values wrong (each says which), and the limit."""
     if not isinstance(fallback, dict) or not fallback.get("ops"):
         return []
     ops = fallback["ops"]
-    lines = ["", f"{len(ops)} node(s) run on the host because pnnx left their ops unconverted (at most "
-             f"{fallback.get('max_host_ops', '?')}: Settings.ncnn.max_host_ops):", ""]
+    lines = ["", f"{len(ops)} node(s) run on the host because pnnx left their ops unconverted or ncnn gave "
+             f"other values (at most {fallback.get('max_host_ops', '?')}: Settings.ncnn.max_host_ops):", ""]
     return lines + [f"- `{name}`: {why}" for name, why in ops.items()]
 
 
