@@ -17,7 +17,6 @@ leaves unconverted is moved to a host stage and the graph cut and lowered again 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,14 @@ from fxdeploy.lowering.ncnn_convert import (
 )
 from fxdeploy.lowering.ncnn_fallback import layer_kinds, lower_with_host_fallback
 from fxdeploy.lowering.ncnn_ids import exact_casts_as_noops, id_inputs
+from fxdeploy.lowering.ncnn_inputs import (
+    graph_batch,
+    grouped_inputs,
+    shared_inputs,
+    with_float_inputs,
+    with_groups,
+    with_leading_one,
+)
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
 from fxdeploy.partition import Engine, Host, HostOp, Plan, Source, Stage
 from fxdeploy.partition.cut import Part, split_parts
@@ -85,7 +92,7 @@ def _lower_stages(
         outputs = [Source(0, k) for k in range(len(output_names))]
     else:
         stages, outputs = parts.stages, parts.outputs
-    batch = _graph_batch(gm)
+    batch = graph_batch(gm)
     values = {Source.graph_input(i): x for i, x in enumerate(example_inputs)}
     planned: list[Stage] = []
     for s, stage in enumerate(stages):
@@ -145,15 +152,19 @@ def _lower_engine(
     """Trace one engine stage at one image, convert it with pnnx, and check what ncnn can run;
     where its values differ from PyTorch's, ``bisect`` finds the first op that does (``ncnn_bisect``)."""
     given, given_args = module, args
-    shared = _shared_inputs(module, batch) if batch is not None else []
+    grouped = grouped_inputs(module, batch) if batch is not None else {}
+    shared = [k for k in shared_inputs(module, batch) if k not in grouped] if batch is not None else []
     if shared:
-        module = _with_leading_one(module, shared)
+        module = with_leading_one(module, shared)
         args = [x[None] if k in shared else x for k, x in enumerate(args)]
+    if grouped:  # one image's rows, as a shared input is taken
+        module = with_groups(module, grouped)
+        args = [x[None, :grouped[k]] if k in grouped else x for k, x in enumerate(args)]
     exact = [k for k, x in enumerate(args) if not x.is_floating_point() and not x.is_complex()]
     if exact:
-        module = _with_float_inputs(module, exact)
+        module = with_float_inputs(module, exact)
         args = [x.float() if k in exact else x for k, x in enumerate(args)]
-    batch = batch_symbol(module, labels, shared)
+    batch = batch_symbol(module, labels, [*shared, *grouped])
     module, axes = batch_first(module, batch)
     outputs = head_outputs(module, batch, output_names, axes)
     per_image = [x[:1] for x in args]
@@ -188,7 +199,8 @@ def _lower_engine(
         found = first_differing(given, batch, _probe(given_args, labels, fp16, batch))
         raise ValuesDiffer(str(exc), blamed(found) if found is not None else {}) from None
     return Engine(names[0], names[1], tuple(f"in{k}" for k in range(len(args))), tuple(outputs),
-                  batched_inputs=batched, shared_inputs=tuple(shared), id_inputs=tuple(sorted(ids.items())))
+                  batched_inputs=batched, shared_inputs=tuple(shared), id_inputs=tuple(sorted(ids.items())),
+                  grouped_inputs=tuple(sorted(grouped.items())))
 
 
 def _probe(args: list[torch.Tensor], labels: list[str], fp16: bool, batch: str | None) -> Probe:
@@ -206,70 +218,3 @@ def _probe(args: list[torch.Tensor], labels: list[str], fp16: bool, batch: str |
         return False
 
     return differs
-
-
-def _graph_batch(gm: torch.fx.GraphModule) -> str | None:
-    """The batch (dim 0 of the first graph input), as ``_batch_symbol`` spells it."""
-    first = next((n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"), None)
-    return str(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() > 0 else None
-
-
-def _shared_inputs(stage: torch.fx.GraphModule, batch: str) -> list[int]:
-    """Inputs of a later engine stage that carry no batch axis: what a host stage made from the
-    image's size alone (RT-DETR's anchors and position embedding at a dynamic H/W, after
-    ``unit_broadcasts`` dropped their leading 1). Every image gets the same one."""
-    if batch == "1":  # every input leads with a 1: nothing tells the batch from a leading 1
-        return []
-    values = [n.meta.get("val") for n in stage.graph.nodes if n.op == "placeholder"]
-    return [
-        k for k, v in enumerate(values)
-        if isinstance(v, torch.Tensor) and (v.dim() == 0 or str(v.shape[0]) != batch)
-    ]
-
-
-def _with_float_inputs(stage: torch.fx.GraphModule, exact: list[int]) -> torch.fx.GraphModule:
-    """``stage`` taking its integer and bool inputs (token ids, attention masks) as float32, cast
-    back first (``aten::to``, which pnnx reads; it leaves ``aten::_to_copy`` as it is): ncnn's blobs
-    hold float32, which holds every integer below 2**24 exactly (the executor refuses larger ones).
-    Embedding lookups and mask arithmetic then run in the engine."""
-    return _rewrapped(stage, exact, "_as_float", torch.Tensor.float,
-                      lambda outer, value: (torch.ops.aten.to.dtype, (outer, value.dtype)), same_sizes=True)
-
-
-def _with_leading_one(stage: torch.fx.GraphModule, shared: list[int]) -> torch.fx.GraphModule:
-    """``stage`` taking each shared input with a leading 1, squeezed off first: the engine then
-    takes it as it takes an image, whose batch axis pnnx drops."""
-    return _rewrapped(stage, shared, "_with_one", lambda value: value.unsqueeze(0),
-                      lambda outer, value: (torch.ops.aten.squeeze.dim, (outer, 0)), same_sizes=False)
-
-
-def _rewrapped(
-    stage: torch.fx.GraphModule, chosen: list[int], suffix: str, outer_value: Callable[[Any], Any],
-    inner: Callable[[torch.fx.Node, Any], tuple[Any, tuple[Any, ...]]], *, same_sizes: bool,
-) -> torch.fx.GraphModule:
-    """``stage`` taking each ``chosen`` input as ``outer_value`` of it, made back into the value its
-    nodes read by the ``inner`` op (which keeps the input's name). ``same_sizes``: the outer input
-    has the inner one's sizes, and the stage reads them there (pnnx follows no size through a cast)."""
-    graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    outer_of: dict[torch.fx.Node, torch.fx.Node] = {}
-    placeholders = [n for n in stage.graph.nodes if n.op == "placeholder"]
-    for k, node in enumerate(placeholders):
-        outer = graph.placeholder(f"{node.name}{suffix}" if k in chosen else node.name)
-        outer.meta = dict(node.meta)
-        if k in chosen:
-            outer.meta["val"] = outer_value(node.meta["val"])
-            env[node] = graph.create_node("call_function", *inner(outer, node.meta["val"]), name=node.name)
-            env[node].meta = dict(node.meta)
-            outer_of[env[node]] = outer
-        else:
-            env[node] = outer
-    for node in stage.graph.nodes:
-        if node.op != "placeholder":
-            env[node] = graph.node_copy(node, lambda a: env[a])
-            if same_sizes and node.target is torch.ops.aten.sym_size.int and env[node].args[0] in outer_of:
-                env[node].update_arg(0, outer_of[env[node].args[0]])
-    wrapped = torch.fx.GraphModule(stage, graph)
-    wrapped.eval()
-    return wrapped
-

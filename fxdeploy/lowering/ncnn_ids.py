@@ -18,8 +18,9 @@ from pathlib import Path
 from fxdeploy.errors import LoweringError
 
 _INTEGER = ("i8", "i16", "i32", "i64", "u8")
-_PASS_THROUGH = ("Split", "Noop")
-"""Layers whose tops are their bottom's values: readers are looked for behind them."""
+_PASS_THROUGH = ("Split", "Noop", "Squeeze", "ExpandDims", "Reshape", "Flatten")
+"""Layers whose tops are their bottom's values, moved but not computed on (an int32 id's bits pass
+through them as they are): readers are looked for behind them. lower()'s check runs the ids through."""
 
 
 def exact_casts_as_noops(param: Path, pnnx_graph: str, exact: set[int]) -> list[str]:

@@ -59,6 +59,8 @@ class Engine:
     shared_inputs: tuple[int, ...] = ()
     id_inputs: tuple[tuple[int, int], ...] = ()
     """(input, rows): inputs ncnn's Embed reads as int32 ids, each in [0, rows)."""
+    grouped_inputs: tuple[tuple[int, int], ...] = ()
+    """(input, k): inputs with k rows per image (dim 0 is k times the batch), each image given its own."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,9 @@ def _stage_dict(stage: Stage) -> dict[str, Any]:
                     **({"batch_axis": o.batch_axis} if o.batch_axis else {})} for o in work.outputs]
         return {"kind": "engine", "param": work.param, "bin": work.bin, "blobs": list(work.blobs),
                 "batched_inputs": work.batched_inputs, "shared_inputs": list(work.shared_inputs),
-                "id_inputs": [list(pair) for pair in work.id_inputs], "outputs": outputs, "sources": sources}
+                "id_inputs": [list(pair) for pair in work.id_inputs],
+                **({"grouped_inputs": [list(pair) for pair in work.grouped_inputs]} if work.grouped_inputs else {}),
+                "outputs": outputs, "sources": sources}
     if isinstance(work, Host):
         ops = [{"op": op.op, "why": op.why} for op in work.ops]
         return {"kind": "host", "file": work.file, "ops": ops, "sources": sources}
@@ -151,13 +155,18 @@ def _engine(data: dict[str, Any], where: str, inputs: int) -> Engine:
         batched_inputs=_value(data, "batched_inputs", bool, where, default=False),
         shared_inputs=shared,
         id_inputs=tuple(_id_input(item, inputs, f"{where}.id_inputs") for item in _list(data, "id_inputs", where, [])),
+        grouped_inputs=tuple(_id_input(item, inputs, f"{where}.grouped_inputs")
+                             for item in _list(data, "grouped_inputs", where, [])),
     )
 
 
 def _id_input(data: object, inputs: int, where: str) -> tuple[int, int]:
     if not isinstance(data, list) or len(data) != 2:
         raise ArtifactError(f"{where}: an entry must be [input, rows], got {data!r}")
-    return _index(data[0], inputs, where), _typed(data[1], int, f"{where}: rows")
+    rows = _typed(data[1], int, f"{where}: rows")
+    if rows < 1:
+        raise ArtifactError(f"{where}: rows must be >= 1, got {rows}")
+    return _index(data[0], inputs, where), rows
 
 
 def _engine_output(data: object, where: str) -> EngineOutput:

@@ -71,9 +71,12 @@ class NcnnExecutor(Executor):
 
         ids = dict(engine.id_inputs)
 
+        groups = dict(engine.grouped_inputs)
+
         def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
             args = [_as_engine_input(x, labels[k], ids.get(k)) for k, x in enumerate(args)]
-            arrays = [x.numpy()[None] if k in shared else x.numpy() for k, x in enumerate(args)]
+            arrays = [x.numpy()[None] if k in shared else _grouped(x.numpy(), groups[k], labels[k]) if k in groups
+                      else x.numpy() for k, x in enumerate(args)]
             results = self._run_net(net, blobs, outputs, arrays, engine.batched_inputs, shared)
             return [y.movedim(0, axis) if axis else y for y, axis in zip(results, axes, strict=True)]
 
@@ -136,6 +139,13 @@ def _as_engine_input(x: torch.Tensor, label: str, rows: int | None) -> torch.Ten
                 f"got a value of magnitude {largest}. Lower to onnxruntime or openvino for larger integers"
             )
     return x.float()
+
+
+def _grouped(array: np.ndarray, rows: int, label: str) -> np.ndarray:
+    """An input with ``rows`` rows per image as [images, rows, ...]: image i's rows lead its entry."""
+    if array.shape[0] % rows:
+        raise InputError(f"input {label!r}: dim 0 must be a multiple of {rows} (rows per image), got {array.shape[0]}")
+    return array.reshape(array.shape[0] // rows, rows, *array.shape[1:])
 
 
 def _overwritten(net: Any, inputs: tuple[str, ...]) -> set[str]:

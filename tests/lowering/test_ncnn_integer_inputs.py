@@ -125,3 +125,35 @@ def test_ids_ncnn_cannot_read_as_int32_are_refused_by_name(model: type[nn.Module
     shapes = {"ids": {0: ("batch", 1, 4)}, "mask": {0: ("batch", 1, 4)}}
     with pytest.raises(fxdeploy.LoweringError, match=says):
         fxdeploy.lower(model().eval(), _inputs(2, 7, 0), target="ncnn", dynamic_shapes=shapes)
+
+
+class Queries(nn.Module):
+    """Text queries scored against an image, three queries per image (an open-vocabulary detector's
+    layout: the queries of every image stacked, [3 * B, L])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.conv = nn.Embedding(100, 8), nn.Conv2d(3, 8, 3, stride=2, padding=1)
+
+    def forward(self, ids: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+        queries = self.embed(ids).mean(1).view(image.shape[0], 3, 8)
+        features = torch.relu(self.conv(image)).mean((2, 3))
+        return (queries * features[:, None]).sum(-1)
+
+
+def test_queries_stacked_per_image_give_each_image_its_own_rows(tmp_path) -> None:
+    require_target("ncnn")
+    model = Queries().eval()
+    batch = torch.export.Dim("batch", min=1, max=4)
+    ids, image = torch.randint(0, 100, (6, 5)), torch.randn(2, 3, 16, 16)
+    deployed = fxdeploy.lower(model, (ids, image), target="ncnn",
+                              dynamic_shapes={"ids": {0: 3 * batch}, "image": {0: batch}})
+    assert deployed.manifest["info"]["ncnn"]["stages"][0]["grouped_inputs"] == [[0, 3]]
+    loaded = fxdeploy.load(deployed.save(tmp_path / "a"))
+    for images in (1, 3):
+        ids, image = torch.randint(0, 100, (3 * images, 5)), torch.randn(images, 3, 16, 16)
+        with torch.no_grad():
+            want = model(ids, image)
+        for runner in (deployed, loaded):
+            torch.testing.assert_close(runner(ids, image), want, rtol=1e-4, atol=1e-4)

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2] / "fxdeploy"
 PLAN = Plan(
     stages=(
         Stage((Source.graph_input(0),), Engine("model.ncnn.param", "model.ncnn.bin", ("in0",),
-                                               (EngineOutput("out0", (-1, 4), "float32"),), id_inputs=((0, 30522),))),
+                                               (EngineOutput("out0", (-1, 4), "float32"),), id_inputs=((0, 30522),),
+                                               grouped_inputs=((0, 3),))),
         Stage((Source(0, 0), Source.graph_input(0)), Host("host.1.pt", (HostOp("aten.topk.default", "no layer"),))),
         Stage((), None),
         Stage((Source(1, 0),), Engine("model.3.ncnn.param", "model.3.ncnn.bin", ("in0",),
@@ -49,6 +50,7 @@ def test_a_plan_round_trips_through_its_manifest_form() -> None:
         (lambda d: d["stages"][3].update(shared_inputs=[2]), "shared_inputs: expected an int in [0, 1), got int 2"),
         (lambda d: d["stages"][3]["outputs"][1].update(batch_axis=3), "batch_axis: expected an int in [0, 3), got"),
         (lambda d: d["stages"][0].update(id_inputs=[[1, 8]]), "id_inputs: expected an int in [0, 1), got int 1"),
+        (lambda d: d["stages"][0].update(grouped_inputs=[[0, 0]]), "grouped_inputs: rows must be >= 1, got 0"),
         (lambda d: d["stages"][0].update(id_inputs=[0]), "id_inputs: an entry must be [input, rows], got 0"),
         (lambda d: d["stages"][0].update(id_inputs=[[0, "8"]]), "id_inputs: rows must be int, got str '8'"),
         (lambda d: d.update(outputs=[["input", True]]), "outputs: expected an int in [0, 1), got bool True"),
