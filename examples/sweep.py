@@ -175,6 +175,28 @@ def _hw(multiple: int, low: int, high: int) -> dict[int, Any]:
 
 
 BATCH, LENGTH = ("batch", 1, 8), ("length", 2, 64)
+TEXT = ("bert", "distilbert", "gpt2")
+"""Models taking token ids and an attention mask."""
+
+
+def _more() -> dict[str, SweepEntry]:
+    """examples/sweep_more.py's families: a text encoder, a decoder, speech, a detection transformer,
+    a text-conditioned detector, 3-D segmentation, a modern convnet."""
+    from examples import sweep_more as more
+
+    text = {"input_ids": {0: BATCH, 1: LENGTH}, "attention_mask": {0: BATCH, 1: LENGTH}}
+    images = torch.export.Dim("batch", min=1, max=8)
+    cubes = {d: 4 * torch.export.Dim(f"k{d}", min=2, max=8) for d in (2, 3, 4)}
+    return {
+        "distilbert": SweepEntry(more.distilbert, text, ((24,),)),
+        "gpt2": SweepEntry(more.gpt2, text, ((24,),)),
+        "whisper_encoder": SweepEntry(more.whisper_encoder, {"x": {0: BATCH}}, ()),
+        "detr": SweepEntry(more.detr, {"pixel_values": {0: BATCH}}, ()),
+        "owlvit": SweepEntry(more.owlvit, {"input_ids": {0: 3 * images}, "pixel_values": {0: images},
+                                           "attention_mask": {0: 3 * images}}, ()),
+        "unet3d": SweepEntry(more.unet3d, {"x": {0: BATCH, **cubes}}, ((1, 8, 12, 20),)),
+        "convnext": SweepEntry(more.convnext, {"x": {0: BATCH, **_hw(8, 4, 20)}}, ((3, 96, 128),)),
+    }
 SWEEP: dict[str, SweepEntry] = {
     "bert": SweepEntry(bert, {"input_ids": {0: BATCH, 1: LENGTH}, "attention_mask": {0: BATCH, 1: LENGTH}}, ((24,),)),
     "wav2vec2": SweepEntry(wav2vec2, {"x": {0: BATCH, 1: ("samples", 1600, 16000)}}, ((4800,),)),
@@ -189,6 +211,7 @@ SWEEP: dict[str, SweepEntry] = {
                                ((3, 128, 80),)),
     "swin": SweepEntry(swin, {"x": {0: BATCH}}, ()),
     "unet2d": SweepEntry(unet2d, {"sample": {0: BATCH, **_hw(4, 4, 16)}, "timestep": {0: BATCH}}, ((3, 48, 32),)),
+    **_more(),
 }
 """name -> (factory, dynamic_shapes, other sizes)."""
 
@@ -199,7 +222,11 @@ def make_inputs(name: str, batch: int, other_size: bool, seed: int = 1) -> tuple
     gen = torch.Generator().manual_seed(seed)
     first = example[0]
     shape = (batch, *(SWEEP[name].other_sizes[0] if other_size else first.shape[1:]))
-    if name == "bert":
+    if name == "owlvit":
+        from examples.sweep_more import owlvit_inputs
+
+        return owlvit_inputs(batch, seed)
+    if name in TEXT:
         ids = torch.randint(0, 200, shape, generator=gen)
         mask = torch.ones(shape, dtype=torch.int64)
         mask[1:, shape[1] * 2 // 3:] = 0  # every sequence after the first is padded
