@@ -57,7 +57,8 @@ def export_onnx(
     try:
         with _quiet_exporter():
             if program is None:
-                program = torch.export.export(gm, args, dynamic_shapes=tuple(dynamic_shapes), strict=False)
+                with _without_custom_meta(gm):
+                    program = torch.export.export(gm, args, dynamic_shapes=tuple(dynamic_shapes), strict=False)
             with dim_bounds(_upper_bounds(program)):
                 onnx_program = _export(program, args, input_names, output_names, flavour, opset)
             if settings.onnx.optimize and settings.precision not in UNOPTIMIZED_PRECISIONS:
@@ -67,6 +68,19 @@ def export_onnx(
     model = onnx_program.model
     model.ir_version = min(model.ir_version, settings.onnx.ir_version)
     return onnx_program
+
+
+@contextlib.contextmanager
+def _without_custom_meta(gm: torch.fx.GraphModule) -> Any:
+    """``gm`` without the custom metadata capture left on its nodes, restored after: exporting the
+    graph again records its own, and torch.export asserts where they differ (GPT-2's inputs carry
+    ``_torchdynamo_disable_method`` from a function transformers keeps from dynamo)."""
+    kept = {node: node.meta.pop("custom") for node in gm.graph.nodes if "custom" in node.meta}
+    try:
+        yield
+    finally:
+        for node, custom in kept.items():
+            node.meta["custom"] = custom
 
 
 def _upper_bounds(program: torch.export.ExportedProgram) -> dict[str, int]:
