@@ -68,10 +68,7 @@ class NcnnExecutor(Executor):
         shared = set(engine.shared_inputs)
         outputs = [(o.blob, o.shape, _dtype(o.dtype)) for o in engine.outputs]
         axes = [o.batch_axis for o in engine.outputs]
-
-        ids = dict(engine.id_inputs)
-
-        groups = dict(engine.grouped_inputs)
+        ids, groups = dict(engine.id_inputs), dict(engine.grouped_inputs)
 
         def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
             args = [_as_engine_input(x, labels[k], ids.get(k)) for k, x in enumerate(args)]
