@@ -153,6 +153,10 @@ def _lower_engine(
     where its values differ from PyTorch's, ``bisect`` finds the first op that does (``ncnn_bisect``)."""
     given, given_args = module, args
     grouped = grouped_inputs(module, batch) if batch is not None else {}
+    if grouped and len(grouped) == len(args) and len(set(grouped.values())) == 1:
+        # it reads only rows, k per image (a text encoder's): each call takes one row, its own batch
+        first = next(n for n in module.graph.nodes if n.op == "placeholder")
+        batch, grouped = str(first.meta["val"].shape[0]), {}
     shared = [k for k in shared_inputs(module, batch) if k not in grouped] if batch is not None else []
     if shared:
         module = with_leading_one(module, shared)

@@ -72,7 +72,8 @@ def host_postprocess_split(gm: GraphModule, settings: Settings) -> PassResult:
         node.meta[HOST_REASON] = why  # node_copy takes it into the stage's module
     output = next(n for n in gm.graph.nodes if n.op == "output")
     finals = list(output.args[0])
-    copied = (free | {n for n in gm.graph.nodes if isinstance(n.meta.get("val"), SIZES)}) - set(finals)
+    sizes = {n for n in gm.graph.nodes if isinstance(n.meta.get("val"), SIZES)}
+    copied = (free | sizes | _input_views(gm)) - set(finals)
     copied -= {n for n in reasons if FORCED in n.meta}  # a value the engine cannot make, even from no input
     compute = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     stage_of = _stage_numbers(compute, set(reasons), copied)
@@ -266,6 +267,27 @@ def _wire(placeholders: list[Node], inputs: list[list[Node]], outputs: list[list
             env[node] = graph.node_copy(node)
     graph.output(tuple(env[f] if isinstance(f, Node) else f for f in finals))
     return graph
+
+
+_PURE_VIEWS = frozenset({
+    _aten.unsqueeze, _aten.squeeze, _aten.view, _aten.reshape, _aten._unsafe_view, _aten.slice, _aten.select,
+    _aten.flatten, _aten.expand, _aten.permute, _aten.transpose, _aten.alias,
+})
+
+
+def _input_views(gm: GraphModule) -> set[Node]:
+    """Views of a model input (CLIP's ``input_ids.view(-1, L)``): each stage that reads one views the
+    input itself, rather than an engine handing over the input's own values (per image, which a
+    grouped input, several rows per image, is not)."""
+    views: set[Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or packet(node) not in _PURE_VIEWS or not isinstance(node.args[0], Node):
+            continue
+        rest = [a for a in node.all_input_nodes if a is not node.args[0]]
+        if (node.args[0].op == "placeholder" or node.args[0] in views) and all(
+                isinstance(a.meta.get("val"), SIZES) for a in rest):
+            views.add(node)
+    return views
 
 
 def _unique(nodes: Iterable[Node]) -> list[Node]:

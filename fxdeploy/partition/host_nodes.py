@@ -137,11 +137,12 @@ def _made_from_sizes(gm: GraphModule, free: set[Node]) -> set[Node]:
     embeddings, anchors, masks. ncnn has no layers for making them, and pnnx folds them into
     constants only at a fixed size, so with a dynamic height/width they run on the host and reach
     the engine as inputs. With only the batch dynamic, the engine is traced at one image and pnnx
-    folds them, so nothing is taken."""
-    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-    if not any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape[1:])
-               for v in placeholders):
-        return set()
+    folds them, so nothing is taken but what is made from the batch (an ``arange`` over the rows):
+    at one image it would be made for a batch of one."""
+    placeholders = [v for n in gm.graph.nodes if n.op == "placeholder" for v in [n.meta.get("val")]
+                    if isinstance(v, torch.Tensor) and v.dim()]
+    sized = any(isinstance(d, torch.SymInt) for v in placeholders for d in v.shape[1:])
+    batch = {s for v in placeholders if isinstance(v.shape[0], torch.SymInt) for s in v.shape[0].node.expr.free_symbols}
     made: set[Node] = set()
     for node in gm.graph.nodes:
         value = node.meta.get("val")
@@ -155,7 +156,9 @@ def _made_from_sizes(gm: GraphModule, free: set[Node]) -> set[Node]:
             continue
         cut = (packet(node) in _CUTS and any(isinstance(a.meta.get("val"), SIZES) for a in inputs)
                and not _parameter(gm, node.args[0]))
-        if packet(node) in _FROM_SIZES or cut or any(a in made for a in inputs):
+        from_batch = any(isinstance(v := a.meta.get("val"), torch.SymInt) and v.node.expr.free_symbols & batch
+                         for a in inputs)
+        if ((packet(node) in _FROM_SIZES or cut) and (sized or from_batch)) or any(a in made for a in inputs):
             made.add(node)  # an in-place write into one of them too (RT-DETR's grid_xy[..., 0] /= width)
     written = [n for n in gm.graph.nodes if n.op == "call_function" and _mutates(n) and n not in made]
     if any(a in made for n in written for a in n.all_input_nodes):

@@ -105,7 +105,7 @@ class NcnnExecutor(Executor):
                     raise RuntimeError(f"ncnn: cannot set input blob {blob} for image {b}")
             for k, (blob, shape, _) in enumerate(outputs):
                 code, mat = extractor.extract(blob)
-                if code != 0:
+                if code != 0 or mat.dims == 0:  # numpy of an empty Mat would segfault
                     raise RuntimeError(f"ncnn: extracting blob {blob} failed with code {code} for image {b}")
                 rows[k].append(_per_image(np.array(mat), shape, blob))
         return [torch.from_numpy(_stack(r)).to(dtype) for r, (_, _, dtype) in zip(rows, outputs, strict=True)]
@@ -145,13 +145,27 @@ def _grouped(array: np.ndarray, rows: int, label: str) -> np.ndarray:
     return array.reshape(array.shape[0] // rows, rows, *array.shape[1:])
 
 
+_SHARING = frozenset({"Squeeze", "Reshape", "Flatten", "ExpandDims", "Noop"})
+"""Layers whose output may share its input's data (a view): an in-place layer after one writes the input."""
+
+
 def _overwritten(net: Any, inputs: tuple[str, ...]) -> set[str]:
-    """Input blobs whose first layer works in place (an activation, a scalar BinaryOp, as the first
-    op of a stage after a host stage often is). ncnn then writes into the input Mat itself, and
-    with a Mat that wraps a numpy array it crashes (a segfault, in ncnn 1.0.20261020): those
-    inputs are copied into a Mat of ncnn's own on each call. Others are passed without a copy."""
-    layers, blobs = net.layers(), {blob.name: blob for blob in net.blobs()}
-    return {name for name in inputs if blobs[name].consumer >= 0 and layers[blobs[name].consumer].support_inplace}
+    """Input blobs that a layer works on in place (an activation, a scalar BinaryOp, as the first
+    op of a stage after a host stage often is), directly or through views of them (the squeeze that
+    takes a grouped input's rows). ncnn then writes into the input Mat itself, and with a Mat that
+    wraps a numpy array it crashes (a segfault, in ncnn 1.0.20261020): those inputs are copied into
+    a Mat of ncnn's own on each call. Others are passed without a copy."""
+    layers, blobs = net.layers(), net.blobs()
+    index = {blob.name: k for k, blob in enumerate(blobs)}
+
+    def written(blob: int) -> bool:
+        consumer = blobs[blob].consumer
+        if consumer < 0:
+            return False
+        layer = layers[consumer]
+        return layer.support_inplace or (layer.type in _SHARING and any(written(top) for top in layer.tops))
+
+    return {name for name in inputs if written(index[name])}
 
 
 def _nothing(args: list[torch.Tensor]) -> list[torch.Tensor]:

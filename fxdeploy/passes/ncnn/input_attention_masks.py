@@ -14,6 +14,11 @@ Exact: where ``m01`` is 1 the additive mask is 0; where it is 0, -FLT_MAX, and t
 the key ``exp(-FLT_MAX - max) = 0``, as ``-inf`` does, in every row that keeps a key. A row that
 keeps none is 0 in PyTorch's attention, and the ``amax`` factor makes it 0 here (the uniform
 softmax's mean of finite ``v`` times 0); with ``-inf`` ncnn would give NaN there.
+
+CLIP's text encoder hands attention ``where(causal & padding, 0, -inf)``: a float mask that is the bool
+one spelt out (PyTorch's attention gives the same values for both, a fully masked row's 0 included),
+so the bool is taken, and its causal part, a constant after ``fold_constants``, is given a float32
+constant twin. A mask with no model input in it is left to ``float_attention_mask``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import torch
 
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import call_site, fill_meta
+from fxdeploy.passes.ncnn.constant_lookups import _fake
+from fxdeploy.passes.ncnn.fold_constants import _constant, _free_name
 from fxdeploy.passes.ncnn.vacuous_masks import _ANDS, _CASTS, _uniform
 from fxdeploy.settings import Settings
 
@@ -50,11 +57,11 @@ def input_attention_masks(gm: torch.fx.GraphModule, settings: Settings) -> PassR
         if reason is not None:
             logger.debug("input_attention_masks: %s keeps its mask: %s", call_site(node), reason)
             continue
-        mask = _mask_of(node)
+        mask = _bool_mask(node)
         before = set(gm.graph.nodes)
         graph = gm.graph
         with graph.inserting_before(node):
-            ones = _twin(graph, mask, {})
+            ones = _twin(gm, mask, {})
             shifted = graph.call_function(aten.sub.Tensor, (ones, 1.0))  # 0 where attended, -1 elsewhere
             scaled = graph.call_function(aten.mul.Tensor, (shifted, FLT_MAX))
             column = graph.call_function(aten.slice.Tensor, (node.args[0], -1, 0, 1))  # [..., L, 1] of the query
@@ -68,7 +75,7 @@ def input_attention_masks(gm: torch.fx.GraphModule, settings: Settings) -> PassR
         with graph.inserting_after(node):
             kept = graph.call_function(aten.mul.Tensor, (node, keep))
         node.replace_all_uses_with(kept, delete_user_cb=lambda user, kept=kept: user is not kept)
-        fill_meta([n for n in graph.nodes if n not in before])
+        fill_meta([n for n in graph.nodes if n not in before and n.op != "get_attr"])
         modified = True
     if modified:
         gm.graph.eliminate_dead_code()
@@ -77,12 +84,14 @@ def input_attention_masks(gm: torch.fx.GraphModule, settings: Settings) -> PassR
 
 def check(node: Node) -> str | None:
     """None when ``node`` is an attention whose bool mask has a float twin from an input; else why not."""
-    mask, query = _mask_of(node), node.args[0].meta.get("val")
+    mask, query = _bool_mask(node), node.args[0].meta.get("val")
     value = mask.meta.get("val") if isinstance(mask, Node) else None
     if not isinstance(value, torch.Tensor) or value.dtype != torch.bool:
-        return "its mask is not a bool tensor"
+        return "its mask is neither a bool tensor nor where(bool, 0, -inf)"
     if not isinstance(query, torch.Tensor) or query.dtype != torch.float32:
         return "its query is not float32"
+    if not _reads_input(mask):
+        return "its mask reads no model input (float_attention_mask takes a constant one)"
     return _twin_reason(mask)
 
 
@@ -90,9 +99,30 @@ def _mask_of(node: Node) -> object:
     return node.args[_MASK_ARG] if len(node.args) > _MASK_ARG else node.kwargs.get("attn_mask")
 
 
+def _bool_mask(node: Node) -> object:
+    """The attention's mask as a bool: itself, or ``b`` of a float mask ``where(b, 0, -inf)``."""
+    mask = _mask_of(node)
+    if isinstance(mask, Node) and mask.target is aten.where.Scalar and mask.args[1:] == (0.0, float("-inf")):
+        return mask.args[0]
+    return mask
+
+
+def _reads_input(node: Node) -> bool:
+    """Whether a model input (a placeholder) is among ``node``'s inputs, however far up."""
+    seen, stack = set(), [node]
+    while stack:
+        item = stack.pop()
+        if item.op == "placeholder":
+            return True
+        if item not in seen:
+            seen.add(item)
+            stack.extend(item.all_input_nodes)
+    return False
+
+
 def _twin_reason(node: Node) -> str | None:
     """None when ``_twin`` can build ``node``'s float twin; else why not."""
-    if _is_input_bool(node):
+    if _is_input_bool(node) or _bool_constant(node) is not None:
         return None
     if node.op == "call_function" and node.target in _SHAPE_VIEWS or _is_bool_cast(node):
         return _twin_reason(node.args[0])
@@ -116,6 +146,14 @@ def _is_input_bool(node: Node) -> bool:
             and not source.is_floating_point() and not source.is_complex() and node.args[0].op == "placeholder")
 
 
+def _bool_constant(node: Node) -> torch.Tensor | None:
+    """The bool tensor constant ``node`` reads (a ``get_attr``); else None."""
+    if node.op != "get_attr":
+        return None
+    value = _constant(node.graph.owning_module, node)
+    return value if isinstance(value, torch.Tensor) and value.dtype == torch.bool else None
+
+
 def _is_bool_cast(node: Node) -> bool:
     """A cast of a bool tensor to bool: its values as they are."""
     return (node.op == "call_function" and node.target in _CASTS and isinstance(node.args[0], Node)
@@ -137,12 +175,18 @@ def _broadcast_only(node: Node, part: object) -> bool:
     return True
 
 
-def _twin(graph: torch.fx.Graph, node: Node, made: dict[Node, Node]) -> Node:
+def _twin(gm: torch.fx.GraphModule, node: Node, made: dict[Node, Node]) -> Node:
     """The float32 0/1 tensor equal to bool ``node`` (``_twin_reason`` said it can be built)."""
     if node in made:
         return made[node]
-    if _is_bool_cast(node) or node.target is aten.expand.default and _broadcast_only(node, node.args[0]):
-        twin = _twin(graph, node.args[0], made)  # an expand attention would do itself: pnnx cannot at dynamic sizes
+    graph, constant = gm.graph, _bool_constant(node)
+    if constant is not None:  # a float32 constant of its values
+        name = _free_name(gm, f"{node.target}_float")
+        gm.register_buffer(name, constant.float())
+        twin = graph.get_attr(name)
+        twin.meta["val"] = _fake(node, constant.float())
+    elif _is_bool_cast(node) or node.target is aten.expand.default and _broadcast_only(node, node.args[0]):
+        twin = _twin(gm, node.args[0], made)  # an expand attention would do itself: pnnx cannot at dynamic sizes
     elif node.op == "placeholder" or node.target in _CASTS:
         source = node if node.op == "placeholder" else node.args[0]
         value = source
@@ -150,9 +194,9 @@ def _twin(graph: torch.fx.Graph, node: Node, made: dict[Node, Node]) -> Node:
             value = graph.call_function(aten.clamp.default, (graph.call_function(aten.abs.default, (source,)), 0, 1))
         twin = graph.call_function(aten.to.dtype, (value, torch.float32))  # aten::to, which pnnx converts
     elif node.target in _SHAPE_VIEWS:
-        twin = graph.call_function(node.target, (_twin(graph, node.args[0], made), *node.args[1:]), dict(node.kwargs))
+        twin = graph.call_function(node.target, (_twin(gm, node.args[0], made), *node.args[1:]), dict(node.kwargs))
     else:  # an and
-        parts = [_twin(graph, a, made) for a in node.args[:2] if _uniform(a) is not True]
+        parts = [_twin(gm, a, made) for a in node.args[:2] if _uniform(a) is not True]
         twin = parts[0] if len(parts) == 1 else graph.call_function(aten.mul.Tensor, tuple(parts))
     made[node] = twin
     return twin

@@ -3,6 +3,7 @@ the public ops pnnx converts, with the same values."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -62,3 +63,26 @@ def test_every_clamp_spelling_keeps_its_values() -> None:
     assert set(op_histogram(result.graph_module)) == {"aten.clamp.default", "aten.clamp.Tensor"}
     for got, expected in zip(result.graph_module(*x), want, strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+NORM = torch.ops.aten.linalg_norm.default
+X = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize(("args", "vector"), [
+    ((None, [-1], True), True),  # CLIP's torch.linalg.norm(x, dim=-1, keepdim=True)
+    ((2, [-1], True), True),
+    ((2, -1, False), True),
+    ((None, [1, 2], False), True),  # ord None over two dims: the Frobenius norm, a vector 2-norm
+    ((None,), True),  # every element
+    ((2, [1, 2], False), False),  # ord 2 over two dims: the spectral norm stays
+    ((1, [-1], False), False),
+])
+def test_a_vector_norm_becomes_linalg_vector_norm_with_the_same_values(args, vector) -> None:
+    gm = build(lambda g, xs: (g.call_function(NORM, (xs[0], *args)),), 1, [X])
+    want = gm(X)[0]
+    result = functional_spellings(gm, Settings())
+    result.graph_module.recompile()
+    assert result.modified == vector
+    assert ("aten.linalg_vector_norm.default" in op_histogram(result.graph_module)) == vector
+    torch.testing.assert_close(result.graph_module(X)[0], want, rtol=1e-6, atol=1e-6)

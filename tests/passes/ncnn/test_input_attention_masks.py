@@ -8,11 +8,13 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from fxdeploy.passes import op_histogram
 from fxdeploy.passes.ncnn.input_attention_masks import input_attention_masks
 from fxdeploy.settings import Settings
-from tests.passes.graphs import aten, build
+from tests.passes.graphs import applied, aten, build
 
 SDPA = aten.scaled_dot_product_attention.default
 Node = torch.fx.Node
@@ -75,3 +77,37 @@ def test_an_input_mask_becomes_float_arithmetic_with_the_same_results(make_mask,
 def test_other_masks_stay(make_mask, mask) -> None:
     _, modified = _run(make_mask, mask)
     assert not modified
+
+
+def test_a_where_mask_of_a_constant_causal_part_and_an_input_becomes_float_arithmetic() -> None:
+    """CLIP's text encoder: ``where(causal & padding, 0, -inf)``, its causal part a folded constant.
+    The float twin gives the same values, the row whose every kept key is padding included."""
+    root = torch.nn.Module()
+    root.register_buffer("causal", torch.ones(5, 5, dtype=torch.bool).tril()[None, None])
+    graph = torch.fx.Graph()
+    q, mask = graph.placeholder("q"), graph.placeholder("mask")
+    keep = graph.call_function(aten._to_copy.default, (mask,), {"dtype": torch.bool})
+    keep = graph.call_function(aten.unsqueeze.default, (graph.call_function(aten.unsqueeze.default, (keep, 1)), 2))
+    both = graph.call_function(aten.__and__.Tensor, (graph.get_attr("causal"), keep))
+    additive = graph.call_function(aten.where.Scalar, (both, 0.0, float("-inf")))
+    graph.output((graph.call_function(SDPA, (q, q, q, additive)),))
+    gm = torch.fx.GraphModule(root, graph)
+    padded = torch.tensor([[1, 1, 1, 0, 0], [0, 1, 1, 1, 1], [1, 0, 1, 1, 0]])  # row 1: query 0 keeps no key
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(Q, padded)
+    reference = copy.deepcopy(gm)
+    gm = applied(input_attention_masks, gm)
+    assert "aten.where.Scalar" not in op_histogram(gm)
+    want = reference(Q, padded)[0]
+    assert torch.equal(want[1, :, 0], torch.zeros(2, 8))  # PyTorch's fully masked row: 0
+    torch.testing.assert_close(gm(Q, padded)[0], want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_mask_with_no_input_in_it_is_left_to_float_attention_mask() -> None:
+    root = torch.nn.Module()
+    root.register_buffer("causal", torch.ones(5, 5, dtype=torch.bool).tril()[None, None])
+    graph = torch.fx.Graph()
+    q = graph.placeholder("q")
+    graph.output((graph.call_function(SDPA, (q, q, q, graph.get_attr("causal"))),))
+    gm = torch.fx.GraphModule(root, graph)
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(Q)
+    assert not input_attention_masks(gm, Settings()).modified
