@@ -34,6 +34,7 @@ from fxdeploy.lowering.ncnn_convert import (
     check_blobs,
     check_layers,
     convert,
+    layers,
     second_shapes,
 )
 from fxdeploy.lowering.ncnn_fallback import layer_kinds, lower_with_host_fallback
@@ -201,7 +202,7 @@ def _lower_engine(
         if not bisect:
             raise
         found = first_differing(given, batch, _probe(given_args, labels, fp16, batch))
-        raise ValuesDiffer(str(exc), blamed(found) if found is not None else {}) from None
+        raise ValuesDiffer(str(exc), blamed(*found) if found is not None else {}) from None
     return Engine(names[0], names[1], tuple(f"in{k}" for k in range(len(args))), tuple(outputs),
                   batched_inputs=batched, shared_inputs=tuple(shared), id_inputs=tuple(sorted(ids.items())),
                   grouped_inputs=tuple(sorted(grouped.items())))
@@ -210,15 +211,16 @@ def _lower_engine(
 def _probe(args: list[torch.Tensor], labels: list[str], fp16: bool, batch: str | None) -> Probe:
     """Whether a prefix of a stage (taking the stage inputs listed) gives other values than PyTorch
     on ncnn; a prefix that does not lower otherwise is not blamed."""
-    def differs(part: torch.fx.GraphModule, kept: list[int]) -> bool:
+    def differs(part: torch.fx.GraphModule, kept: list[int]) -> str | None:
         with tempfile.TemporaryDirectory(prefix="fxdeploy-bisect-") as work:
             try:
                 _lower_engine(part, [args[k] for k in kept], [labels[k] for k in kept], None, Path(work),
                               (PARAM, BIN), fp16=fp16, batch=batch, bisect=False)
             except ValuesDiffer:
-                return True
+                writer = [f"{layer.kind} {layer.name}" for layer in layers(Path(work) / PARAM) if "out0" in layer.tops]
+                return writer[0] if writer else "(unnamed)"
             except LoweringError:
-                return False
-        return False
+                return None
+        return None
 
     return differs

@@ -4,8 +4,9 @@ Where the engine does not give PyTorch's values on the example image (a pnnx mis
 the stage is cut after one of its ops (a prefix whose one output is that op's value, per image)
 and the prefix lowered and checked as the stage was. Bisection over the ops, in graph order,
 finds the first whose prefix differs: the op pnnx got wrong, assuming a wrong value stays wrong
-downstream. The host fallback (``ncnn_fallback``) then runs that op on the host, the graph is
-cut again around it, and the lowering checks the result as before; the report names the op, its
+downstream, and the ncnn layer that gave its value (the one writing the prefix's output blob).
+The host fallback (``ncnn_fallback``) then runs that op on the host, the graph is cut again
+around it, and the lowering checks the result as before; the report names the layer, the op, its
 source line and why it moved.
 """
 
@@ -35,29 +36,33 @@ class ValuesDiffer(LoweringError):
         self.nodes = nodes or {}
 
 
-Probe = Callable[[torch.fx.GraphModule, list[int]], bool]
-"""Lowers a prefix (taking the stage inputs listed) and says whether its values differ."""
+Probe = Callable[[torch.fx.GraphModule, list[int]], str | None]
+"""Lowers a prefix (taking the stage inputs listed); where its values differ, the ncnn layer
+that wrote its output ("Interp upsample_2"), else None."""
 
 
-def first_differing(stage: torch.fx.GraphModule, batch: str, differs: Probe) -> torch.fx.Node | None:
-    """The first op of ``stage`` whose prefix ``differs``, or None where no prefix does."""
+def first_differing(stage: torch.fx.GraphModule, batch: str, differs: Probe) -> tuple[torch.fx.Node, str] | None:
+    """The first op of ``stage`` whose prefix ``differs``, with its ncnn layer; None where no prefix does."""
     points = [n for n in stage.graph.nodes if _probe_point(n, batch)]
     low, high, probes = 0, len(points), 0  # the prefixes before ``low`` match; the stage itself differs
+    layers: dict[torch.fx.Node, str] = {}
     while low < high and probes < PROBES:
         middle = (low + high) // 2
-        if differs(*prefix(stage, points[middle])):
-            high = middle
+        layer = differs(*prefix(stage, points[middle]))
+        if layer is not None:
+            high, layers[points[middle]] = middle, layer
         else:
             low = middle + 1
         probes += 1
     found = points[low] if low < len(points) and low == high else None
     logger.debug("ncnn bisection: %d probe(s), first differing op %s", probes, found)
-    return found
+    return (found, layers[found]) if found is not None else None
 
 
-def blamed(node: torch.fx.Node) -> dict[str, str]:
+def blamed(node: torch.fx.Node, layer: str) -> dict[str, str]:
     """The host fallback's entry for ``node``: its name before the cut, and why it moves."""
-    return {origin(node): f"{DIFFERS}{getattr(node.target, '__name__', node.target)} ({call_site(node)})"}
+    op = getattr(node.target, "__name__", node.target)
+    return {origin(node): f"{DIFFERS}{op} ({call_site(node)}), ncnn layer {layer}"}
 
 
 def prefix(stage: torch.fx.GraphModule, node: torch.fx.Node) -> tuple[torch.fx.GraphModule, list[int]]:

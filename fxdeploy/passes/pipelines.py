@@ -15,6 +15,7 @@ from fxdeploy.passes.ncnn.fold_constants import fold_constants
 from fxdeploy.passes.ncnn.functional_spellings import functional_spellings
 from fxdeploy.passes.ncnn.identity_indexing import identity_indexing
 from fxdeploy.passes.ncnn.input_attention_masks import input_attention_masks
+from fxdeploy.passes.ncnn.integer_powers import integer_powers
 from fxdeploy.passes.ncnn.max_indices import max_indices
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
 from fxdeploy.passes.ncnn.scatters_as_slices import scatters_as_slices
@@ -75,12 +76,12 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # rather than as constants of each of its views; padded_copies first: a write into a fill buffer
 # is a pad, where scatters_as_slices would cat constant slices of the buffer.
 # functional_spellings first: the passes after it match reshapes and clamps by their public ops;
-# einsum_products beside it (a spelling too).
+# einsum_products and integer_powers beside it (spellings too).
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, functional_spellings, einsum_products, whole_input_pool, pad_compactions, tensorize_outputs,
-    padded_copies, scatters_as_slices, identity_indexing, fold_constants, constant_lookups, vacuous_masks,
-    input_attention_masks, float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects,
-    unit_broadcasts, max_indices, host_postprocess_split,
+    *CLEANUP, functional_spellings, einsum_products, integer_powers, whole_input_pool, pad_compactions,
+    tensorize_outputs, padded_copies, scatters_as_slices, identity_indexing, fold_constants, constant_lookups,
+    vacuous_masks, input_attention_masks, float_attention_mask, comparisons_as_arithmetic, strided_slices,
+    unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

@@ -145,8 +145,9 @@ def _grouped(array: np.ndarray, rows: int, label: str) -> np.ndarray:
     return array.reshape(array.shape[0] // rows, rows, *array.shape[1:])
 
 
-_SHARING = frozenset({"Squeeze", "Reshape", "Flatten", "ExpandDims", "Noop"})
-"""Layers whose output may share its input's data (a view): an in-place layer after one writes the input."""
+_SHARING = frozenset({"Split", "Squeeze", "Reshape", "Flatten", "ExpandDims", "Noop"})
+"""Layers whose outputs may share their input's data (views, and Split's copies of it): an in-place layer after
+one writes the input."""
 
 
 def _overwritten(net: Any, inputs: tuple[str, ...]) -> set[str]:

@@ -3,6 +3,8 @@ op that does, runs that op on the host, and says so; the artifact then matches e
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
@@ -33,6 +35,7 @@ def test_the_op_ncnn_gets_wrong_runs_on_the_host_and_is_named() -> None:
     assert list(moved) == ["upsample_trilinear3d"], moved
     why = moved["upsample_trilinear3d"]
     assert why.startswith(DIFFERS) and "test_ncnn_bisect.py" in why, why  # the op and its source line
+    assert re.search(r"ncnn layer Interp \S+", why), why  # and the layer that gave its value
     kinds = [stage["kind"] for stage in deployed.manifest["info"]["ncnn"]["stages"]]
     assert kinds == ["engine", "host", "engine"], kinds
     for batch in (1, 3):
