@@ -19,6 +19,7 @@ import fxdeploy
 from examples.sweep import SWEEP, worst_relative_error
 from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import FxDeployError
+from fxdeploy.lowering.ncnn_bisect import DIFFERS
 from tests.helpers import require_target
 
 TARGETS = ["onnxruntime", "openvino", "torchscript", "ncnn"]
@@ -49,6 +50,10 @@ SAID = {
     ("dinov2", "ncnn"): "fixed at the example's 56: ncnn: pnnx failed",
 }
 """(model, target or "*") -> the DimWarning lower() gives before the refusal: torch's fix, a size pnnx fixed."""
+BISECTED = {("wav2vec2", "ncnn"): ("slice", "ConvolutionDepthWise1D"),
+            ("segresnet", "ncnn"): ("upsample_trilinear3d", "Interp")}
+"""(model, target) -> (an op the bisection sent to the host, the ncnn layer the report names for it: for
+wav2vec2 the positional convolution pnnx fused the slice of its trailing pad into)."""
 
 
 def _cases() -> list[object]:
@@ -80,3 +85,8 @@ def test_sweep_pair_matches_eager_or_is_refused_by_name(name: str, target: str) 
             return
     assert expected is None, f"expected a refusal saying {expected}, but it matched eager ({error:.2g})"
     assert error <= TOLERANCE.get(target, 1e-4), f"worst relative error {error:.3g}"
+    if (name, target) in BISECTED:  # the report says which op ncnn got wrong, where, and its layer
+        op, layer = BISECTED[name, target]
+        moved = deployed.manifest["info"]["unconverted_on_host"]["ops"]
+        assert any(key.startswith(op) and DIFFERS in why and f"ncnn layer {layer} " in why
+                   for key, why in moved.items()), moved
