@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 
 class FxDeployError(Exception):
     """Base class of every error fxdeploy raises on purpose."""
@@ -68,3 +71,15 @@ def first_line(exc: BaseException, limit: int = 400) -> str:
     text = str(exc).strip()
     line = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {line}"[:limit]
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` (called by this function's caller) that names the first
+    line outside fxdeploy: the user's call of ``lower()``, however deep inside it the warning is given."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level

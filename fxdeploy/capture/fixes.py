@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import torch
 
 from fxdeploy.artifact.dims import INT_MAX, finite_or
-from fxdeploy.errors import CaptureError
+from fxdeploy.errors import CaptureError, user_stacklevel
 
 T = TypeVar("T")
 
@@ -135,7 +135,7 @@ def lifted_minimums(export_shapes: Any, dims: Mapping[str, Any]) -> dict[str, in
 
 def warn(lines: list[str]) -> None:
     for line in lines:
-        warnings.warn(line, DimWarning, stacklevel=4)
+        warnings.warn(line, DimWarning, stacklevel=user_stacklevel())
 
 
 _UNKNOWN = object()

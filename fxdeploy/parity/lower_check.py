@@ -15,7 +15,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy.artifact import dims, guards, structure
 from fxdeploy.capture import Captured, eval_mode, fixes, substitution
 from fxdeploy.deployed import Deployed
-from fxdeploy.errors import InferenceError, LoweringError, first_line
+from fxdeploy.errors import InferenceError, LoweringError, first_line, user_stacklevel
 from fxdeploy.parity import rows, verify
 from fxdeploy.settings import Settings
 from fxdeploy.stages import stage
@@ -150,7 +150,7 @@ def _breaks_guard(label: str, inputs: list[torch.Tensor], captured: Captured) ->
     if broken is None:
         return None
     shapes = [list(x.shape) for x in inputs]
-    warnings.warn(guards.warning(label, shapes, broken), fixes.DimWarning, stacklevel=4)
+    warnings.warn(guards.warning(label, shapes, broken), fixes.DimWarning, stacklevel=user_stacklevel())
     return {"label": label, "shapes": shapes, "max_abs_error": None, "skipped": broken}
 
 

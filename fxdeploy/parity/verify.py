@@ -21,7 +21,7 @@ from fxdeploy.artifact import guards as guard_mod
 from fxdeploy.artifact import structure
 from fxdeploy.artifact.dims import size_of
 from fxdeploy.capture.fixes import DimWarning
-from fxdeploy.errors import LoweringError
+from fxdeploy.errors import LoweringError, user_stacklevel
 from fxdeploy.parity.compare_rows import compare_rows
 from fxdeploy.parity.rows import RowsSpec
 from fxdeploy.stages import stage
@@ -244,7 +244,7 @@ def run_checks(
         input_shapes = [list(x.shape) for x in inputs]
         broken = guard_mod.violated(guards, dict(zip(names, input_shapes, strict=True))) if guards else None
         if broken is not None:
-            warnings.warn(guard_mod.warning(label, input_shapes, broken), DimWarning, stacklevel=3)
+            warnings.warn(guard_mod.warning(label, input_shapes, broken), DimWarning, stacklevel=user_stacklevel())
             results.append({"label": label, "shapes": input_shapes, "max_abs_error": None, "skipped": broken})
             continue
         with stage(f"check at {label} {input_shapes}", target):

@@ -19,7 +19,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact import dims as dims_mod
-from fxdeploy.errors import CalibrationWarning, FxDeployError
+from fxdeploy.errors import CalibrationWarning, FxDeployError, user_stacklevel
 
 Method = Literal["minmax", "entropy", "percentile"]
 MIN_SAMPLES = 8
@@ -146,7 +146,7 @@ def _warn_on_ranges(samples: list[dict[str, np.ndarray]], names: list[str], exam
             warnings.warn(
                 f"calibration: input {name!r} spans [{low:.4g}, {high:.4g}] in the calibration samples but "
                 f"[{lo:.4g}, {hi:.4g}] in the example; calibrate on data like what the artifact will see",
-                CalibrationWarning, stacklevel=6,
+                CalibrationWarning, stacklevel=user_stacklevel(),
             )
 
 

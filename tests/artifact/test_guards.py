@@ -48,6 +48,7 @@ def test_guards_are_kept_checked_and_warned_about(tmp_path: Path) -> None:
     assert [c["label"] for c in skipped] == ["min", "max"]  # 4 x 4 and 16 x 16 take the other branch
     assert len(dim_warnings) == 2 and "min input shapes [[1, 3, 4, 4]] break" in str(dim_warnings[0].message)
     assert "capture with an example whose sizes take the model's general branch" in str(dim_warnings[0].message)
+    assert {w.filename for w in dim_warnings} == {__file__}  # the user's line that called lower(), not fxdeploy's
     x = torch.randn(3, 3, 8, 8)
     torch.testing.assert_close(deployed(x), x * 2)
     with pytest.raises(InputError, match=r"x \[1, 3, 12, 12\]: the artifact holds only where .*== 16"):

@@ -220,6 +220,7 @@ def test_ncnn_lowers_at_the_example_size_where_pnnx_cannot_keep_it_dynamic_and_s
     with pytest.warns(DimWarning, match=r"dim '(height|width)' fixed at the example's 64: ncnn: pnnx failed") as said:
         deployed = fxdeploy.lower(model, (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
     assert sorted(str(w.message).split("'")[1] for w in said if w.category is DimWarning) == ["height", "width"]
+    assert {w.filename for w in said if w.category is DimWarning} == {__file__}  # the line that called lower()
     assert deployed.manifest["inputs"][0]["shape"] == ["batch", 3, 64, 64]
     assert any("pnnx failed" in line for line in deployed.manifest["info"]["dim_changes"])
     for batch in (1, 3):
