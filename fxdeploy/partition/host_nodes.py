@@ -21,6 +21,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
+from fxdeploy.passes.graph_utils import attribute
 
 _aten = torch.ops.aten
 _SELECTIONS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.nonzero, _aten.scatter, _aten.cumsum})
@@ -247,10 +248,7 @@ def packet(node: Node) -> object:
 
 
 def _parameter(gm: GraphModule, node: object) -> bool:
-    value: object = gm
-    for part in str(getattr(node, "target", "")).split(".") if getattr(node, "op", "") == "get_attr" else ["?"]:
-        value = getattr(value, part, None)
-    return isinstance(value, torch.nn.Parameter)
+    return isinstance(attribute(gm, node), torch.nn.Parameter)
 
 
 def input_free(gm: GraphModule) -> set[Node]:

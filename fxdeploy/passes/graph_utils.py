@@ -146,3 +146,14 @@ def stamp_inserted(gm: torch.fx.GraphModule, known: set[torch.fx.Node]) -> None:
 def is_op(node: Any, *names: str) -> bool:
     """Match an OpOverload by its qualified name ('fxdeploy.nms.default'), without importing it."""
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) in names
+
+
+def attribute(gm: torch.fx.GraphModule, node: object) -> object:
+    """What a ``get_attr`` node reads from ``gm`` (a parameter, a buffer, a folded constant, by its
+    dotted name); None for any other node, or a name ``gm`` lacks."""
+    if not isinstance(node, torch.fx.Node) or node.op != "get_attr":
+        return None
+    value: object = gm
+    for part in str(node.target).split("."):
+        value = getattr(value, part, None)
+    return value

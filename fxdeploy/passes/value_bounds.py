@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import operator
-from functools import reduce
 from typing import Any
 
 import torch
+
+from fxdeploy.passes.graph_utils import attribute
 
 aten = torch.ops.aten
 Node = torch.fx.Node
@@ -59,7 +60,7 @@ def operand_bound(operand: Any, bounds: dict[Node, float]) -> float | None:
 
 def _bound(gm: torch.fx.GraphModule, node: Node, bounds: dict[Node, float]) -> float | None:
     if node.op == "get_attr":
-        return _constant_bound(reduce(getattr, str(node.target).split("."), gm))
+        return _constant_bound(attribute(gm, node))
     if node.op != "call_function":
         return None
     target, args = node.target, node.args

@@ -24,7 +24,7 @@ import torch
 from torch._guards import detect_fake_mode
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import call_site, fill_meta
+from fxdeploy.passes.graph_utils import attribute, call_site, fill_meta
 from fxdeploy.passes.ncnn.vacuous_masks import _uniform
 from fxdeploy.settings import Settings
 
@@ -122,11 +122,7 @@ def _fake(node: Node, constant: torch.Tensor) -> torch.Tensor:
 
 def _table(gm: torch.fx.GraphModule, node: object, dims: int | None = 2) -> torch.Tensor | None:
     """The constant ``node`` is (of ``dims`` dims, any where None); else None."""
-    if not isinstance(node, Node) or node.op != "get_attr":
-        return None
-    value: object = gm
-    for part in str(node.target).split("."):
-        value = getattr(value, part, None)
+    value = attribute(gm, node)
     return value if isinstance(value, torch.Tensor) and (dims is None or value.dim() == dims) else None
 
 

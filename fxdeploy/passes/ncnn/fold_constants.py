@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
+from fxdeploy.passes.graph_utils import attribute
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
@@ -69,7 +70,7 @@ def check(
     if node in (written or set()):
         return "written in place"
     if node.op == "get_attr":
-        return "a parameter" if isinstance(_constant(gm, node), torch.nn.Parameter) else None
+        return "a parameter" if isinstance(attribute(gm, node), torch.nn.Parameter) else None
     if node.op != "call_function":
         return f"a {node.op}"
     if any(n not in values for n in _read(node)):
@@ -126,7 +127,7 @@ def _read(node: Node) -> list[Node]:
 
 def _evaluate(gm: torch.fx.GraphModule, node: Node, values: dict[Node, object]) -> object:
     if node.op == "get_attr":
-        return _constant(gm, node)
+        return attribute(gm, node)
 
     def value(n: Node) -> object:
         if n in values:
@@ -136,13 +137,6 @@ def _evaluate(gm: torch.fx.GraphModule, node: Node, values: dict[Node, object]) 
 
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
     return node.target(*args, **kwargs)
-
-
-def _constant(gm: torch.fx.GraphModule, node: Node) -> object:
-    value: object = gm
-    for part in str(node.target).split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _free_name(gm: torch.fx.GraphModule, name: str) -> str:

@@ -28,9 +28,9 @@ import logging
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import call_site, fill_meta
+from fxdeploy.passes.graph_utils import attribute, call_site, fill_meta
 from fxdeploy.passes.ncnn.constant_lookups import _fake
-from fxdeploy.passes.ncnn.fold_constants import _constant, _free_name
+from fxdeploy.passes.ncnn.fold_constants import _free_name
 from fxdeploy.passes.ncnn.vacuous_masks import _ANDS, _CASTS, _uniform
 from fxdeploy.settings import Settings
 
@@ -150,7 +150,7 @@ def _bool_constant(node: Node) -> torch.Tensor | None:
     """The bool tensor constant ``node`` reads (a ``get_attr``); else None."""
     if node.op != "get_attr":
         return None
-    value = _constant(node.graph.owning_module, node)
+    value = attribute(node.graph.owning_module, node)
     return value if isinstance(value, torch.Tensor) and value.dtype == torch.bool else None
 
 

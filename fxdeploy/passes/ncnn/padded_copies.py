@@ -25,13 +25,12 @@ short of its end, the pad is unknown: ``scatters_as_slices`` spells it with slic
 from __future__ import annotations
 
 import logging
-from functools import reduce
 from typing import Any
 
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import call_site, fill_meta
+from fxdeploy.passes.graph_utils import attribute, call_site, fill_meta
 from fxdeploy.passes.ncnn.scatters_as_slices import SCATTERS, Span, scatter_span
 from fxdeploy.settings import Settings
 
@@ -104,7 +103,7 @@ def fill_value(gm: torch.fx.GraphModule, node: Any) -> Any:
     if not isinstance(node, Node):
         return None
     if node.op == "get_attr":
-        return _uniform(reduce(getattr, str(node.target).split("."), gm))
+        return _uniform(attribute(gm, node))
     if node.op != "call_function":
         return None
     if node.target in _ZEROS:

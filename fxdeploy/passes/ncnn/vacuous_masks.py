@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
+from fxdeploy.passes.graph_utils import attribute
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
@@ -96,9 +97,7 @@ def _uniform(node: object) -> bool | int | float | None:
 def _constant_fill(node: torch.fx.Node) -> bool | int | float | None:
     """The one value a constant (a buffer, a folded value) holds everywhere; None for a parameter (its
     values may change after capture), a large constant or one that holds more than one value."""
-    value: object = node.graph.owning_module
-    for part in str(node.target).split("."):
-        value = getattr(value, part, None)
+    value = attribute(node.graph.owning_module, node)
     if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter) or not 0 < value.numel() <= 1 << 20:
         return None
     first = value.reshape(-1)[0]
