@@ -4,7 +4,8 @@ batch 1 and 3 and at two sizes (<= 1e-4 relative; 1e-3 on ncnn), or is refused w
 
 ``make test`` runs the ``zoo_fast`` pairs (one per workaround: the guards, the given-back min, the
 whole-input pool, the contiguous reshapes, token ids and a padding mask on ncnn, the ops ncnn gets
-wrong found by bisection, a size pnnx cannot keep dynamic, the newer families on ncnn); ``make zoo``
+wrong found by bisection (and the layer the report names), a size pnnx cannot keep dynamic, the newer
+families on ncnn, OWL-ViT's text queries on ncnn); ``make zoo``
 runs all 60.
 benchmarks/sweep.py puts plain ``torch.onnx.export`` beside the same pairs (benchmarks/README.md).
 """
