@@ -200,7 +200,22 @@ EVAL_DROPOUT_WRITES = Program(
 ``x0`` and ``x1`` (torch.export's graph treated dropout as a copy, and lower()'s check ran eager on
 the example it had already written into)."""
 
+CLIP_HEAD = Program(
+    body=(
+        "t = x1 * 1",
+        "q = t / torch.linalg.norm(t, dim=-1, keepdim=True)",
+        "c = t.pow(3) + t.pow(2.0)",
+        "t[:, 0] += 1.0",
+        "s = torch.einsum('...pd,...qd->...pq', x0, q)",
+        "return (s, c, t, torch.einsum('bqd,bpd->bpq', q, x0))",
+    ),
+    inputs=(Input("x0", (2, 5, 8), dynamic=True), Input("x1", (2, 3, 8), dynamic=True)),
+)
+"""OWL-ViT's scoring: queries divided by their norm, scored against patches by einsum; a square and a
+cube of a tensor written in place after them (the ncnn spellings: the norm, the products, matmul)."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
+    "clip_head": (CLIP_HEAD, {"functional_spellings", "einsum_products", "integer_powers"}),
     "eval_dropout_writes": (EVAL_DROPOUT_WRITES, set()),
     "yolo_xywh2xyxy": (YOLO_XYWH2XYXY, {"remove_noops"}),
     "detector_tail": (DETECTOR_TAIL, {"remove_noops", "pad_compactions", "host_postprocess_split"}),
