@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact
 from fxdeploy.artifact import dims, structure
 from fxdeploy.artifact.manifest import Manifest
-from fxdeploy.capture import Captured, batching, capture, fixes, substitution
+from fxdeploy.capture import Captured, batching, capture, devices, fixes, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import (
     ArtifactError,
@@ -53,12 +53,13 @@ def lower(
     ``calibration``: for ``Settings(precision="int8")``, an iterable of example-input tuples or a
     ``fxdeploy.Calibration``; the calibration batch need not be the example's."""
     calibration = calibration_for(settings or Settings(), calibration, target)
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    model, args, kwargs = devices.on_cpu(model, args, kwargs)  # a model on cuda:0: captured from a CPU copy
     if target == "auto":  # lower to every available target, keep the fastest that matches eager
         from fxdeploy.parity.auto import lower_auto
 
-        return lower_auto(lower, model, inputs, dynamic_shapes, settings, kwargs=kwargs, substitutions=substitutions)
+        return lower_auto(lower, model, args, dynamic_shapes, settings, kwargs=kwargs, substitutions=substitutions)
     settings = settings or Settings()
-    args = inputs if isinstance(inputs, tuple) else (inputs,)
     chosen = get_target(target)
     chosen.require()
     check_precision(chosen, settings.precision)
@@ -192,7 +193,7 @@ def _manifest(
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     values = [n.meta.get("val") for n in output_node.args[0]]
     outputs = [
-        {"name": name, "dtype": _dtype(v), "shape": _shape(v, captured.symbol_names)}
+        {"name": name, "dtype": _dtype(v), "shape": dims.symbolic_dims(v, captured.symbol_names)}
         for name, v in zip(tensor_names, values, strict=True)
     ]
     inputs = [
@@ -233,12 +234,6 @@ def _qualname(function: Callable[..., Any]) -> str:
 
 def _dtype(value: Any) -> str:
     return str(value.dtype).removeprefix("torch.") if isinstance(value, torch.Tensor) else "unknown"
-
-
-def _shape(value: Any, names: dict[str, str]) -> list[int | str]:
-    if not isinstance(value, torch.Tensor):
-        return []
-    return [dims.expression(size, names) if isinstance(size, torch.SymInt) else int(size) for size in value.shape]
 
 
 def _target_of(root: Path, manifest: Manifest) -> Target:

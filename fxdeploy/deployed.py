@@ -114,11 +114,12 @@ class Deployed:
                 f"expected {len(self._names)} input(s) ({', '.join(self._names)}), got {len(flat)}"
             )
         feeds = self._signature.feeds(flat)
+        device = _accelerator(flat)  # outputs go back to the device the inputs came from
         if self._per_image is None:
-            return self._rebuild(self._run(feeds), unpack=unpack)
+            return self._rebuild(_on(device, self._run(feeds)), unpack=unpack)
         # the join plan describes the tensor-only results, so images join before any unpack
         outputs = _split(self._run(feeds)) if self._batched else self._run_images(_images(feeds))
-        results = [self._rebuild(out, unpack=False) for out in outputs]
+        results = [self._rebuild(_on(device, out), unpack=False) for out in outputs]
         return self._unpacked(structure.join_images(results, self._per_image["join"]), unpack)
 
     def execute(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -131,10 +132,11 @@ class Deployed:
                 f"execute() inputs: expected names {self._names}; missing {missing}, unknown {unknown}"
             )
         checked = self._signature.feeds([feeds[n] for n in self._names])
+        device = _accelerator([feeds[n] for n in self._names])
         if self._per_image is None or self._batched:
-            return self._run(checked)
+            return _on(device, self._run(checked))
         per_image = self._run_images(_images(checked))  # each output gains a batch dim
-        return {name: torch.stack([out[name] for out in per_image]) for name in per_image[0]}
+        return _on(device, {name: torch.stack([out[name] for out in per_image]) for name in per_image[0]})
 
     def save(self, directory: str | Path) -> Path:
         return artifact.save(self.manifest, self._directory, directory)
@@ -225,3 +227,12 @@ def _images(feeds: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
     """A per-image artifact's feeds, one image at a time (views; contiguous, as the batch is)."""
     count = next(iter(feeds.values())).shape[0]
     return [{name: value[i : i + 1] for name, value in feeds.items()} for i in range(count)]
+
+
+def _accelerator(flat: list[Any]) -> torch.device | None:
+    """The device of the call's first tensor not on the CPU (the engine ran on CPU copies), or None."""
+    return next((v.device for v in flat if isinstance(v, torch.Tensor) and v.device.type != "cpu"), None)
+
+
+def _on(device: torch.device | None, outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return outputs if device is None else {name: t.to(device) for name, t in outputs.items()}

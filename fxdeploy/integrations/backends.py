@@ -140,7 +140,12 @@ def make_backend(target: str, name: str | None = None) -> Backend:
             return _Runner(gm, label, None, [], [], reason=str(exc))
         if not data:
             return _Runner(gm, label, None, [], [], reason="it reads no input tensor, only weights and sizes")
-        wrapper = _named_inputs(_GraphWithConstants(gm, layout, constants), len(data))
+        if any(t.device.type != "cpu" for t in [*data, *constants]):  # lowered from a CPU copy (capture/devices.py)
+            from fxdeploy.capture.devices import graph_on_cpu
+
+            wrapper = _named_inputs(_GraphWithConstants(graph_on_cpu(gm), layout, constants), len(data))
+        else:
+            wrapper = _named_inputs(_GraphWithConstants(gm, layout, constants), len(data))
         dynamic = {f"input_{i}": s for i, s in enumerate(shapes)} if any(shapes) else None
         positions = [i for i, (kind, _) in enumerate(layout) if kind == "input"]
         lower = _lowering(wrapper, target, dynamic)
