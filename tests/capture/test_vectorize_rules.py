@@ -36,6 +36,19 @@ def _nms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
                           keep_top_k=4)
 
 
+def _rows_by_order(x: torch.Tensor) -> torch.Tensor:
+    """Ultralytics' ``x[x[:, 4].argsort(descending=True)]``: an image's rows in its own order."""
+    order = x[0, :, 0].argsort(descending=True)
+    return x[0].index_select(0, torch.cat([order, order[:1]])).unsqueeze(0)
+
+
+def test_whole_rows_are_one_flat_index_select_not_a_broadcast_gather() -> None:
+    gm = capture(Fn(_rows_by_order), (torch.randn(1, 3, 5),)).graph_module
+    batched, _ = vectorize(gm, [torch.randn(2, 3, 5)], [{0: torch.export.Dim("batch", min=1, max=8)}])
+    targets = {n.target for n in batched.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.index_select.default in targets and torch.ops.aten.gather.default not in targets
+
+
 def _attention(x: torch.Tensor) -> torch.Tensor:
     heads = x.reshape(1, 3, 5, 1).expand(1, 3, 5, 4)  # [1, heads, L, E], one image
     mask = torch.arange(5).view(1, 1, 1, 5) <= torch.arange(5).view(1, 1, 5, 1)
@@ -56,6 +69,8 @@ CASES: dict[str, Callable[[], nn.Module]] = {
     "gather and scatter": lambda: Fn(lambda x: x.gather(2, x.argsort(2)).scatter(2, x.argsort(2)[..., :2], 7.0)),
     "sort, topk, cumsum": lambda: Fn(lambda x: x.sort(-1)[0] + x.topk(5, -1)[0].cumsum(1)),
     "index_select by the image's own index": lambda: Fn(lambda x: x.index_select(2, x[0, 0].argsort())),
+    "index_select of whole rows, an index repeated": lambda: Fn(_rows_by_order),
+    "index_select of a vector's entries": lambda: Fn(lambda x: x[0, 0].index_select(0, x[0, 1].argsort()).view(1, 5)),
     "select_scatter into a constant": lambda: Fn(lambda x: torch.zeros(1, 3, 5).select_scatter(x[:, 0], 1, 1)),
     "copy into a buffer": lambda: Fn(_copy_into_buffer),
     "an op decomposed (renorm has no batching rule)": lambda: Fn(lambda x: torch.renorm(x, 2, 1, 1.0)),
