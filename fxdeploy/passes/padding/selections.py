@@ -153,12 +153,24 @@ def _static_sizes(mask: Node, rows: PaddedRows) -> list[int]:
         elif isinstance(size, torch.SymInt) and data_symbols(size.node.expr):
             raise CompactionError(f"{call_site(mask)}: a mask over rows of a data-dependent size {size}")
         elif not isinstance(size, int):
-            raise CompactionError(f"{call_site(mask)}: a mask over rows of a dynamic size {size}; capture one image")
+            raise CompactionError(f"{call_site(mask)}: {_dynamic_rows(mask, size)}")
         else:
             sizes.append(size)
     if not sizes:
         raise CompactionError(f"{call_site(mask)}: a selection by a 0-d mask; index with a mask over rows")
     return sizes
+
+
+def _dynamic_rows(mask: Node, size: torch.SymInt) -> str:
+    """Why a mask over a dynamic number of rows is refused, naming the input dims the number comes from."""
+    symbols = size.node.expr.free_symbols
+    dims = [(node.name, axis) for node in mask.graph.nodes if node.op == "placeholder"
+            if isinstance(value := node.meta.get("val"), torch.Tensor)
+            for axis, dim in enumerate(value.shape)
+            if isinstance(dim, torch.SymInt) and dim.node.expr.free_symbols & symbols]
+    named = ", ".join(f"{name!r} dim {axis}" for name, axis in dims) or "no input"
+    return (f"a mask over a number of rows that the dynamic dims of {named} decide ({size}); fxdeploy pads a "
+            "selection to a static number of rows, so lower with those dims static (one artifact per size)")
 
 
 def _static(size: object, node: Node, rows: PaddedRows) -> int:

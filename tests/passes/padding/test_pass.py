@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from fxdeploy import ops
-from fxdeploy.passes import op_histogram
+from fxdeploy.capture import capture
+from fxdeploy.passes import op_histogram, run_pipeline
 from fxdeploy.passes.padding import CompactionError, pad_compactions
-from fxdeploy.passes.record import record
+from fxdeploy.passes.pipelines import CLEANUP
+from fxdeploy.passes.record import record, update
 from fxdeploy.settings import Settings
 from tests.passes.padding.helpers import captured
 
@@ -144,3 +146,25 @@ def test_a_graph_without_selection_is_unchanged() -> None:
     before = op_histogram(gm)
     result = pad_compactions(gm, Settings())
     assert not result.modified and op_histogram(result.graph_module) == before
+
+
+class GridCells(torch.nn.Module):
+    """TinyYolo's candidates: one row per grid cell of the image, filtered, then NMS."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return FilterThenBatchedNMS()(images.flatten(2).transpose(1, 2)[0])
+
+
+def test_a_mask_over_rows_that_dynamic_dims_decide_names_those_dims() -> None:
+    """At a dynamic width the number of candidate rows follows it. The refusal names the input dim
+    (not a symbol like s54) and says to make it static; "capture one image", what it said before,
+    was wrong: this is one image."""
+    width = torch.export.Dim("w", min=4, max=64)
+    result = capture(GridCells(), (torch.rand(1, 6, 4, 8),), dynamic_shapes=({3: width},))
+    gm = result.graph_module
+    update(gm, output_names=tuple(result.output_names))
+    gm, _ = run_pipeline(gm, CLEANUP, Settings())
+    with pytest.raises(CompactionError, match=r"dynamic dims of 'images' dim 3 decide .*lower with those dims static"
+                       ) as info:
+        pad_compactions(gm, Settings())
+    assert "capture one image" not in str(info.value) and __file__ in str(info.value)
