@@ -109,15 +109,19 @@ def _save_ir(openvino: Any, model: Any, folder: Path) -> None:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """NNCF logs at info level and draws progress bars on stdout: both go to fxdeploy's debug log."""
-    nncf_logger = logging.getLogger("nncf")
-    level = nncf_logger.level
+    """NNCF logs at info level and draws progress bars on stdout: both go to fxdeploy's debug log.
+    Its backend probe imports ``nncf.torch``, whose ``torch.utils.cpp_extension`` warns "No CUDA
+    runtime is found" under a CUDA build of torch on a machine without a GPU: that goes unsaid."""
+    nncf_logger, cpp_logger = logging.getLogger("nncf"), logging.getLogger("torch.utils.cpp_extension")
+    levels = nncf_logger.level, cpp_logger.level
     nncf_logger.setLevel(logging.WARNING)
+    cpp_logger.setLevel(logging.ERROR)
     shown = io.StringIO()
     try:
         with contextlib.redirect_stdout(shown):
             yield
     finally:
-        nncf_logger.setLevel(level)
+        nncf_logger.setLevel(levels[0])
+        cpp_logger.setLevel(levels[1])
         if shown.getvalue().strip():
             logger.debug("nncf: %s", shown.getvalue().strip())
