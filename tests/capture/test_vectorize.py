@@ -252,3 +252,26 @@ def test_a_per_image_loop_keeps_its_dynamic_height_and_width_beside_the_batch(ta
             assert_same_detections(want, got, score_atol=1e-4)
     with pytest.raises(fxdeploy.InputError, match="16\\*h"):
         loaded(images(2, 0)[..., :120, :])
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino", "torchscript", "ncnn"])
+def test_a_mask_over_grid_cells_at_a_dynamic_height_and_width(target: str) -> None:
+    """TinyYolo's ``boxes[image][conf > t]``: its candidate rows are the grid cells, as many as the
+    image size gives. With H and W dynamic the selection is padded to the cells of the largest
+    size (1,280 at 256 x 256), every detection as eager's at each batch and size; one engine call
+    per batch on ONNX Runtime, OpenVINO and TorchScript (ncnn runs image by image). Refused
+    before ("a mask over rows of a dynamic size ...; capture one image")."""
+    require_target(target)
+    model = tiny_yolo()
+    shapes = {"images": {0: ("batch", 1, 8), 2: ("h", 64, 256), 3: ("w", 64, 256)}}
+    deployed = fxdeploy.lower(model, (images(2, 0),), target=target, dynamic_shapes=shapes)
+    assert deployed.manifest["inputs"][0]["shape"][1:] == [3, "h", "w"]  # ncnn's engine input: one image
+    for batch, size, seed in ((1, (128, 128), 3), (3, (64, 224), 1), (8, (96, 160), 2), (2, (256, 256), 0)):
+        x = torch.nn.functional.interpolate(images(batch, seed), size=size, mode="nearest")
+        with torch.no_grad():
+            want = model(x)
+        assert sum(len(image["scores"]) for image in want) > 5 * batch, "too few detections to compare"
+        calls = count_engine_calls(deployed)
+        got = deployed(x)
+        assert calls[0] == (batch if target == "ncnn" else 1), f"batch {batch}: {calls[0]} engine calls"
+        assert_same_detections(want, got, score_atol=1e-4)

@@ -23,6 +23,7 @@ from fxdeploy.passes.padding.rule import CompactionError, Rule, replace_node
 
 aten = torch.ops.aten
 Node = torch.fx.Node
+_MAX_PADDED_ROWS = 1 << 22  # a mask over more rows than this at the dims' largest sizes is refused
 
 
 def _check_index(node: Node, rows: PaddedRows) -> str | None:
@@ -102,6 +103,8 @@ def select(node: Node, source: Node | None, mask: Node, rows: PaddedRows) -> tup
     if source is None:
         return order, order
     call = rows.graph.call_function
+    if not isinstance(mask.meta["val"].shape[0], int) and rows.rows(mask) is None:  # rows the input dims decide
+        source = _padded(source, sizes[0], rows)
     if len(sizes) > 1:
         trailing = [_static(s, node, rows) for s in source.meta["val"].shape[len(sizes):]]
         source = call(aten.reshape.default, (source, [math.prod(sizes), *trailing]))
@@ -117,6 +120,8 @@ def _partition(mask: Node, sizes: list[int], rows: PaddedRows) -> tuple[Node, No
     valid = mask
     if mask.meta["val"].dtype != torch.bool:  # nonzero of numbers: where they are not 0
         valid = call(aten.ne.Scalar, (mask, 0))
+    if not isinstance(mask.meta["val"].shape[0], int) and rows.rows(mask) is None:
+        valid = _padded(valid, sizes[0], rows)  # at its bound: the rows past the input's are not selected
     expr = rows.rows(mask)
     if expr is not None:  # a filter of already-selected rows: the padding stays out
         shape = [-1] + [1] * (len(sizes) - 1)
@@ -152,6 +157,8 @@ def _static_sizes(mask: Node, rows: PaddedRows) -> list[int]:
             raise CompactionError(f"{call_site(mask)}: a mask whose dim {dim} holds selected rows; only dim 0 may")
         elif isinstance(size, torch.SymInt) and data_symbols(size.node.expr):
             raise CompactionError(f"{call_site(mask)}: a mask over rows of a data-dependent size {size}")
+        elif not isinstance(size, int) and dim == 0 and (bound := _upper_bound(size)) is not None:
+            sizes.append(bound)  # as many rows as the input dims' largest sizes give; the rest padding
         elif not isinstance(size, int):
             raise CompactionError(f"{call_site(mask)}: {_dynamic_rows(mask, size)}")
         else:
@@ -161,16 +168,37 @@ def _static_sizes(mask: Node, rows: PaddedRows) -> list[int]:
     return sizes
 
 
+def _upper_bound(size: torch.SymInt) -> int | None:
+    """The largest value a size the input dims decide takes over their ranges (None: unbounded)."""
+    node = size.node
+    upper = node.shape_env.bound_sympy(node.expr).upper
+    try:  # an unbounded dim's range ends at torch's int_oo (or sympy's oo)
+        bound = int(upper)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return bound if 0 < bound <= _MAX_PADDED_ROWS else None
+
+
+def _padded(node: Node, bound: int, rows: PaddedRows) -> Node:
+    """``node`` (rows of a dynamic number on dim 0, at most ``bound``) at ``bound`` rows: zeros
+    (False) after its own. A cat with ``bound`` zero rows, then its first ``bound``."""
+    value = node.meta["val"]
+    call = rows.graph.call_function
+    filler = call(aten.zeros.default, ([bound, *value.shape[1:]],), {"dtype": value.dtype})
+    return call(aten.slice.Tensor, (call(aten.cat.default, ([node, filler], 0)), 0, 0, bound))
+
+
 def _dynamic_rows(mask: Node, size: torch.SymInt) -> str:
-    """Why a mask over a dynamic number of rows is refused, naming the input dims the number comes from."""
+    """Why a mask over an unbounded number of rows is refused, naming the input dims the number comes from."""
     symbols = size.node.expr.free_symbols
     dims = [(node.name, axis) for node in mask.graph.nodes if node.op == "placeholder"
             if isinstance(value := node.meta.get("val"), torch.Tensor)
             for axis, dim in enumerate(value.shape)
             if isinstance(dim, torch.SymInt) and dim.node.expr.free_symbols & symbols]
     named = ", ".join(f"{name!r} dim {axis}" for name, axis in dims) or "no input"
-    return (f"a mask over a number of rows that the dynamic dims of {named} decide ({size}); fxdeploy pads a "
-            "selection to a static number of rows, so lower with those dims static (one artifact per size)")
+    return (f"a mask over a number of rows that the dynamic dims of {named} decide ({size}), with no bound: "
+            f"fxdeploy pads a selection to the most rows those dims' largest sizes give (at most {_MAX_PADDED_ROWS}), "
+            "so give those dims a max (('h', 64, 640)) or make them static")
 
 
 def _static(size: object, node: Node, rows: PaddedRows) -> int:
