@@ -10,6 +10,7 @@ non-contiguous (Swin's window partition, attention heads merged back).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -145,6 +146,10 @@ DETECTOR_TAIL = Program(
 """YOLOv5's NMS for one image: a confidence filter, class scores scaled in place, the clone and its
 writes on the selected rows, a batched NMS and ``[:max_det]``."""
 
+DETECTOR_TAIL_DYNAMIC_ROWS = dataclasses.replace(DETECTOR_TAIL, inputs=(Input("x0", (6, 7), dynamic=True),))
+"""The same with a dynamic number of candidate rows (a detector's grid cells at a dynamic H/W): the
+confidence filter is padded to the rows' largest size."""
+
 SWIN_WINDOWS = Program(
     body=(
         "b = x0.shape[0]",
@@ -219,6 +224,7 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "eval_dropout_writes": (EVAL_DROPOUT_WRITES, set()),
     "yolo_xywh2xyxy": (YOLO_XYWH2XYXY, {"remove_noops"}),
     "detector_tail": (DETECTOR_TAIL, {"remove_noops", "pad_compactions", "host_postprocess_split"}),
+    "detector_tail_dynamic_rows": (DETECTOR_TAIL_DYNAMIC_ROWS, {"pad_compactions"}),
     "swin_windows": (SWIN_WINDOWS, set()),
     "attention_heads": (ATTENTION_HEADS, {"contiguous_reshapes"}),
     "permute_then_view": (PERMUTE_THEN_VIEW, set()),
