@@ -118,9 +118,9 @@ def read_samples(
     """The samples as the engine's named float inputs; FxDeployError naming the sample at fault."""
     samples: list[dict[str, np.ndarray]] = []
     for index, sample in enumerate(list(calibration.data)[: calibration.samples or DEFAULT_SAMPLES]):
-        flat = _flatten(sample, in_spec, index, len(names))
-        samples.append({name: _checked(x, name, example, shape, dims, index)
-                        for name, x, example, shape in zip(names, flat, examples, shapes, strict=True)})
+        for flat in _one_by_one(_flatten(sample, in_spec, index, len(names)), shapes):
+            samples.append({name: _checked(x, name, example, shape, dims, index)
+                            for name, x, example, shape in zip(names, flat, examples, shapes, strict=True)})
     _warn_on_ranges(samples, names, examples)
     needed = max(MIN_SAMPLES, calibration.samples or 0)
     if len(samples) < needed:
@@ -159,6 +159,19 @@ def _flatten(sample: Any, in_spec: pytree.TreeSpec, index: int, count: int) -> l
             f"({count} tensor(s), structure {in_spec}), got {len(flat)} value(s), structure {spec}"
         )
     return flat
+
+
+def _one_by_one(flat: list[Any], shapes: list[list[int | str]]) -> list[list[Any]]:
+    """A sample of k images for an artifact that takes 1 (each input's dim 0 a static 1, each
+    sample's dim 0 the same k): k samples of one image. The calibration batch need not be the
+    export batch; anything else is one sample, for ``_checked`` to judge."""
+    if not flat or not all(shape and shape[0] == 1 for shape in shapes):
+        return [flat]
+    leads = {x.shape[0] if isinstance(x, torch.Tensor) and x.dim() else None for x in flat}
+    count = leads.pop() if len(leads) == 1 else None
+    if count is None or count < 2:
+        return [flat]
+    return [[x[i : i + 1] for x in flat] for i in range(count)]
 
 
 def _checked(

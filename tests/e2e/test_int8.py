@@ -152,6 +152,23 @@ def test_the_manifest_says_how_it_was_quantized_and_checked(
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_a_static_batch_of_one_calibrates_on_batches(
+    model: DigitsNet, digits: dict[str, torch.Tensor], target: str
+) -> None:
+    """Lowered at a static batch of 1, calibrated with batches of 16 (a DataLoader's): each batch is
+    16 samples of one image (the calibration batch is not the export batch); refused before."""
+    require_target(target)
+    deployed = fxdeploy.lower(model, (digits["test_x"][:1],), target=target, settings=INT8,
+                              calibration=_calibration(digits, count=2, batch=16))
+    assert deployed.manifest["inputs"][0]["shape"] == [1, 1, 8, 8]
+    assert deployed.manifest["info"]["int8"]["calibration"]["samples"] == 32
+    with torch.no_grad():
+        fp32 = model(digits["test_x"]).argmax(1)
+    int8 = torch.cat([deployed(image[None]) for image in digits["test_x"]]).argmax(1)
+    assert float((int8 == fp32).float().mean()) >= 0.98
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_a_split_block_keeps_its_top1(digits: dict[str, torch.Tensor], target: str) -> None:
     """YOLO's C2f/C3k2 structure (SplitNet), trained here: INT8 top-1 within 1 point of fp32."""
     require_target(target)
