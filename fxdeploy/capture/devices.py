@@ -30,7 +30,8 @@ def on_cpu(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
         return model, args, kwargs
     logger.info("the model or its inputs are on %s: captured from a CPU copy (fxdeploy's runtimes run on the "
                 "CPU; Deployed returns its outputs on the inputs' device)", ", ".join(sorted(map(str, devices))))
-    return cpu_copy(model), *pytree.tree_map_only(torch.Tensor, _cpu, (args, kwargs))
+    copied = cpu_copy(model) if isinstance(model, torch.nn.Module) else model
+    return copied, *pytree.tree_map_only(torch.Tensor, _cpu, (args, kwargs))
 
 
 def cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
