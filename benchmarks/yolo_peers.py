@@ -13,7 +13,9 @@ Contenders, each timed end to end (images in, per-image [n, 6] detections out), 
   compiles it (no precision hint: bf16 on a CPU with native bf16) and held at f32
   (``openvino-f32``); fxdeploy's OpenVINO at fp32 and at bf16 (``openvino-bf16``); fxdeploy's
   ONNX Runtime and OpenVINO with one engine call per image, one after the other
-  (``-per-image-one-stream``), where by default the engine takes the whole batch.
+  (``-per-image-one-stream``), where by default the engine takes the whole batch; fxdeploy's
+  OpenVINO with its dynamic-shaped model only (``openvino-dynamic-only``: ``static_shapes=0``),
+  where by default a batch size called again runs a model compiled for it.
 Every contender's detections are matched with eager's (label and IoU >= 0.99, scores within
 1e-3): the table says how many match, miss or are extra.
 """
@@ -42,6 +44,7 @@ from examples.ultralytics_yolo import YoloWithNMS, build, images  # noqa: E402
 from fxdeploy.bench.timing import Budget, measure_interleaved, pinned_threads, summarize  # noqa: E402
 from fxdeploy.parity.boxes import Detections  # noqa: E402
 from fxdeploy.parity.detections import compare_detections  # noqa: E402
+from fxdeploy.targets.sections import OpenVinoSettings  # noqa: E402
 
 THREADS = 2
 Rows = list[torch.Tensor]
@@ -126,6 +129,9 @@ def main() -> None:
     if "openvino" in args.targets:  # at the precision OpenVINO picks by itself on a bf16 CPU
         variants.append(("fxdeploy:openvino-bf16", "openvino",
                          fxdeploy.Settings(threads=THREADS, precision="bf16", verify=False)))
+    if "openvino" in args.targets:  # one compiled model for every batch, OpenVINO's dynamic shapes
+        variants.append(("fxdeploy:openvino-dynamic-only", "openvino", fxdeploy.Settings(threads=THREADS).with_sections(
+            openvino=OpenVinoSettings(static_shapes=0))))
     for t in [t for t in ("onnxruntime", "openvino") if t in args.targets]:  # an engine call per image, in turn
         variants.append((f"fxdeploy:{t}-per-image-one-stream", t, fxdeploy.Settings(
             threads=THREADS, batching="per_image", image_streams=1, verify=False)))

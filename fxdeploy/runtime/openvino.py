@@ -10,6 +10,7 @@ import torch
 
 from fxdeploy.errors import ArtifactError, TargetUnavailableError
 from fxdeploy.runtime.executor import Executor, stream_count
+from fxdeploy.runtime.openvino_static import StaticShapes
 from fxdeploy.settings import Settings
 
 _PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "f32"}  # int8: its float region in f32
@@ -55,15 +56,31 @@ class OpenVinoExecutor(Executor):
         self.settings, self.model_path, self._core = settings, model_path, core
         self._streamed: dict[int, Any] = {}
         self._streams_lock = threading.Lock()
+        dynamic = any(port.get_partial_shape().is_dynamic for port in self.compiled.inputs)
+        self._static = StaticShapes(dynamic, settings.openvino.static_shapes, self._compile_static)
 
-    def _request(self) -> Any:
+    def _request(self, feeds: dict[str, torch.Tensor]) -> Any:
+        """This thread's request on the model compiled for these shapes, or on the dynamic one."""
+        shapes = tuple(sorted((self._inputs[name], tuple(value.shape)) for name, value in feeds.items()
+                              if name in self._inputs))
+        static = self._static.compiled(shapes) if len(shapes) == len(self._inputs) else None
+        if static is not None:
+            mine = self._local.__dict__.setdefault("static", {})
+            if shapes not in mine:
+                mine[shapes] = static.create_infer_request()
+            return mine[shapes]
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self.compiled.create_infer_request()
         return request
 
+    def _compile_static(self, shapes: dict[int, list[int]]) -> Any:
+        model = read_model(self._core, self.model_path)
+        model.reshape(shapes)
+        return self._core.compile_model(model, "CPU", self.config)
+
     def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        request = self._request()
+        request = self._request(feeds)
         self._fill(request, feeds)
         request.infer()
         return self._read(request)

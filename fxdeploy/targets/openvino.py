@@ -16,7 +16,7 @@ from fxdeploy.settings import Settings
 from fxdeploy.stages import stage
 from fxdeploy.targets.base import Lowered, LoweringJob, Target
 from fxdeploy.targets.onnxruntime import lower_onnx
-from fxdeploy.targets.sections import OnnxSettings
+from fxdeploy.targets.sections import OnnxSettings, OpenVinoSettings
 
 
 def lower(job: LoweringJob) -> Lowered:
@@ -52,5 +52,5 @@ TARGET = Target(
     version=version,
     install_hint="pip install fxdeploy[openvino]",
     precisions=("fp32", "fp16", "bf16", "int8"),
-    sections={"onnx": OnnxSettings},
+    sections={"onnx": OnnxSettings, "openvino": OpenVinoSettings},
 )

@@ -1,5 +1,5 @@
 """The built-in targets' settings sections, declared by their targets as a plugin declares its own
-(``Target.sections``): ``onnx`` (ONNX Runtime, OpenVINO, TensorRT), ``ncnn`` and ``tensorrt``."""
+(``Target.sections``): ``onnx`` (ONNX Runtime, OpenVINO, TensorRT), ``openvino``, ``ncnn`` and ``tensorrt``."""
 
 from __future__ import annotations
 
@@ -47,6 +47,18 @@ class NcnnSettings(Section):
         super().__post_init__()
         if self.max_host_ops < 0:
             raise ValueError(f"Settings.ncnn.max_host_ops must be >= 0, got {self.max_host_ops}")
+
+
+@dataclass(frozen=True)
+class OpenVinoSettings(Section):
+    static_shapes: int = 4
+    """an artifact with dynamic dims: the input shapes called a second time get a model compiled for
+    exactly them (OpenVINO's static kernels; fxdeploy.runtime.openvino_static), up to this many; 0: never."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.static_shapes < 0:
+            raise ValueError(f"Settings.openvino.static_shapes must be >= 0, got {self.static_shapes}")
 
 
 @dataclass(frozen=True)
