@@ -24,6 +24,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy.capture import branches, substitution
 from fxdeploy.capture.batch_watch import stopping_when_fixed
 from fxdeploy.capture.errors import explain
+from fxdeploy.capture.real_values import offsets_unguarded
 from fxdeploy.capture.stacks import recording_stacks
 from fxdeploy.errors import CaptureError, first_line
 
@@ -102,7 +103,7 @@ def _decided_by_example(
                 first = exc
     logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
     with module_state(model), _parameters_as_buffers(model), _quiet(), stacks(), \
-            stopping_when_fixed(None if strict else batch), \
+            stopping_when_fixed(None if strict else batch), offsets_unguarded(), \
             torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True):
         try:
             ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)

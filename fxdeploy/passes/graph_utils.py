@@ -43,7 +43,7 @@ def refresh_meta(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
     propagation = _Propagation(gm, mode=mode)
     propagation.extra_traceback = False  # the MetaError names the node
-    with warnings.catch_warnings(), _held_back("torch._subclasses.fake_tensor"):
+    with warnings.catch_warnings(), _held_back("torch._subclasses.fake_tensor"), enable_python_dispatcher():
         # torchvision 0.29's fake nms calls a renamed torch API
         warnings.filterwarnings("ignore", message=".*create_unbacked_symint.*is deprecated", category=FutureWarning)
         propagation.propagate_dont_convert_inputs(*values)

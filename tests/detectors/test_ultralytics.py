@@ -30,6 +30,8 @@ def in_make_test(test: str, params: dict) -> bool:
     ``make test-full``: both everywhere."""
     if test == "test_inputs_make_parity_meaningful":
         return True
+    if test == "test_yolo_at_a_dynamic_height_and_width":
+        return params.get("yolo") == "yolo11n.yaml"
     if test == "test_exact_score_ties":
         return params.get("yolo") == "yolo11n.yaml" and params.get("target") == "onnxruntime"
     return params.get("yolo") == "yolo11n.yaml" or params.get("target") == "onnxruntime"
@@ -123,6 +125,31 @@ def test_yolo_with_ultralytics_nms_without_substitution(yolo: torch.nn.Module, t
             # a box at IoU 0.45 +- 1e-3 of a kept one may go either way between runtimes (float noise)
             reference, result, _ = without_threshold_flips(as_detections(want), as_detections(got), yolo.iou)
             assert_same_detections(reference, result, score_atol=tolerance)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_yolo_at_a_dynamic_height_and_width(yolo: torch.nn.Module, target: str) -> None:
+    """Batch, height and width dynamic at once (as Ultralytics' ``export(dynamic=True)``): every
+    detection as eager's at other sizes. Before, the capture's real-value retry fixed the area at
+    the example's (``16*((H-1)//4 + 1)*((W-1)//4 + 1) == 102400``, from torch's cross-check of a
+    C2f chunk's offset), and other sizes were refused (``fxdeploy/capture/real_values.py``)."""
+    require_target(target)
+    from examples.ultralytics_yolo import images
+
+    h, w = torch.export.Dim("h", min=4, max=20), torch.export.Dim("w", min=4, max=20)
+    shapes = {"images": {0: ("batch", 1, 8), 2: 32 * h, 3: 32 * w}}
+    deployed = fxdeploy.lower(yolo, (images(2, 0),), target=target, dynamic_shapes=shapes)
+    assert deployed.manifest["inputs"][0]["shape"] == ["batch", 3, "32*h", "32*w"]
+    for batch, size, seed in ((3, (256, 384), 3), (2, (640, 480), 1), (1, (160, 128), 2)):
+        x = torch.nn.functional.interpolate(images(batch, seed), size=size, mode="bilinear")
+        with torch.no_grad():
+            want = yolo(x)
+        calls = count_engine_calls(deployed)
+        got = deployed(x)
+        assert calls[0] == 1, f"{calls[0]} engine calls for {batch} images"
+        reference, result, _ = without_threshold_flips(as_detections(want), as_detections(got), yolo.iou)
+        assert sum(len(r["scores"]) for r in reference) > 50 * batch, "too few detections to compare"
+        assert_same_detections(reference, result, score_atol=1e-4)
 
 
 def _assert_untouched(yolo: torch.nn.Module, before: list[torch.Tensor]) -> None:

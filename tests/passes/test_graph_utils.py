@@ -85,6 +85,28 @@ def test_refresh_meta_recomputes_values_after_a_rewrite() -> None:
     assert tuple(where.meta["val"].shape) == (2, 6)
 
 
+class _Upsample(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest") + 1
+
+
+def test_refresh_meta_keeps_a_dynamic_size_that_an_upsample_scales() -> None:
+    """``upsample_nearest2d.vec`` with scale factors: its C++ kernel reads the input's sizes as
+    ints, which fixed a dynamic H and W at the example's (YOLO's neck, at 10 x 10); recomputed
+    the way torch.export traced it (the Python dispatcher), the sizes stay symbolic."""
+    from fxdeploy.capture import capture
+
+    h, w = torch.export.Dim("h", min=2, max=64), torch.export.Dim("w", min=2, max=64)
+    result = capture(_Upsample(), (torch.rand(1, 3, 10, 12),), dynamic_shapes={"x": {2: h, 3: w}})
+    gm = result.graph_module
+    refresh_meta(gm)
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    value = (out[0] if isinstance(out, (tuple, list)) else out).meta["val"]
+    assert [isinstance(size, torch.SymInt) for size in value.shape] == [False, False, True, True], value.shape
+    env = value.shape[2].node.shape_env
+    assert not [s for s, v in env.replacements.items() if v.is_number], env.replacements
+
+
 class _Records(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
