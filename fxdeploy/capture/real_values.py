@@ -11,8 +11,8 @@ though no code of the model branched: the artifact then refuses every other H an
 For the duration of that export only (``offsets_unguarded``), the check compares an offset made
 of input sizes only where the shape environment already knows the answer, and raises where it
 knows they differ; everything else it checks as torch does (an offset that data decides, such as
-a slice by a box's values, still stops the trace there, naming its line). The original is put back on exit, error
-or not.
+a slice by a box's values, still stops the trace there, naming its line). torch's own check is
+put back on exit, error or not; eager PyTorch never runs it.
 """
 
 from __future__ import annotations

@@ -44,18 +44,29 @@ def test_a_shape_called_twice_runs_on_its_own_static_model_with_the_same_detecti
     assert ((0, tuple(once.shape)),) not in set(_static_models(deployed)) - before, "compiled after one call"
 
 
-def test_the_limit_and_zero_are_kept() -> None:
+def test_the_limit_is_kept() -> None:
     require_target("openvino")
     model = tiny_yolo()
-    for limit in (0, 1):
-        settings = fxdeploy.Settings(verify=False).with_sections(openvino=OpenVinoSettings(static_shapes=limit))
-        deployed = fxdeploy.lower(model, (images(2, 0),), target="openvino", dynamic_shapes=DYNAMIC_BATCH,
-                                  settings=settings)
-        for batch in (2, 2, 4, 4, 4):
-            x = images(batch, batch)
-            with torch.no_grad():
-                assert_same_detections(model(x), deployed(x), score_atol=1e-4)
-        assert set(_static_models(deployed)) == ({((0, (2, 3, 128, 128)),)} if limit else set())
+    settings = fxdeploy.Settings(verify=False).with_sections(openvino=OpenVinoSettings(static_shapes=1))
+    deployed = fxdeploy.lower(model, (images(2, 0),), target="openvino", dynamic_shapes=DYNAMIC_BATCH,
+                              settings=settings)
+    for batch in (2, 2, 4, 4, 4):
+        x = images(batch, batch)
+        with torch.no_grad():
+            assert_same_detections(model(x), deployed(x), score_atol=1e-4)
+    assert set(_static_models(deployed)) == {((0, (2, 3, 128, 128)),)}
+
+
+def test_zero_compiles_nothing() -> None:
+    require_target("openvino")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    settings = fxdeploy.Settings().with_sections(openvino=OpenVinoSettings(static_shapes=0))
+    deployed = fxdeploy.lower(model, (torch.randn(2, 3, 16, 16),), target="openvino", settings=settings,
+                              dynamic_shapes={"input": {0: ("batch", 1, 8)}})
+    for _ in range(3):
+        x = torch.randn(3, 3, 16, 16)
+        assert max_abs_error(deployed(x), model(x).detach()) < 1e-4
+    assert not _static_models(deployed)
 
 
 def test_a_static_artifact_compiles_nothing_more() -> None:
