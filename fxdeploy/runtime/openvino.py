@@ -61,9 +61,11 @@ class OpenVinoExecutor(Executor):
 
     def _request(self, feeds: dict[str, torch.Tensor]) -> Any:
         """This thread's request on the model compiled for these shapes, or on the dynamic one."""
-        shapes = tuple(sorted((self._inputs[name], tuple(value.shape)) for name, value in feeds.items()
-                              if name in self._inputs))
-        static = self._static.compiled(shapes) if len(shapes) == len(self._inputs) else None
+        static = None
+        if self._static.limit:  # a static model compiles nothing more: no key to build
+            shapes = tuple(sorted((self._inputs[name], tuple(value.shape)) for name, value in feeds.items()
+                                  if name in self._inputs))
+            static = self._static.compiled(shapes) if len(shapes) == len(self._inputs) else None
         if static is not None:
             mine = self._local.__dict__.setdefault("static", {})
             if shapes not in mine:

@@ -47,7 +47,7 @@ def test_a_shape_called_twice_runs_on_its_own_static_model_with_the_same_detecti
 def test_the_limit_is_kept() -> None:
     require_target("openvino")
     model = tiny_yolo()
-    settings = fxdeploy.Settings(verify=False).with_sections(openvino=OpenVinoSettings(static_shapes=1))
+    settings = fxdeploy.Settings().with_sections(openvino=OpenVinoSettings(static_shapes=1))
     deployed = fxdeploy.lower(model, (images(2, 0),), target="openvino", dynamic_shapes=DYNAMIC_BATCH,
                               settings=settings)
     for batch in (2, 2, 4, 4, 4):
