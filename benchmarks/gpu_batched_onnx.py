@@ -7,10 +7,18 @@ Two steps, because the GPU machine has no Ultralytics and no package registry:
     python3 benchmarks/gpu_batched_onnx.py run gpu-run                                    # there
 
 ``prepare`` lowers YOLO11n with the default settings (lower()'s check on) batched and per-image
-(``Settings(batching="per_image")``), copies each artifact's ``model.onnx``, and saves batch-8
-images and eager's detections. ``run`` needs onnxruntime and numpy only: it matches each engine's
-detections to eager's (label and IoU >= 0.99, scores within 1e-3), then times batch 8 as one call
-of the batched ONNX against eight calls of the per-image ONNX, interleaved, and prints one table.
+(``Settings(batching="per_image")``), copies each artifact's ``model.onnx``, writes the TensorRT
+target's ONNX (its ONNX step: the engine step needs TensorRT), and saves batch-8 images and
+eager's detections. ``run`` needs onnxruntime and numpy only: it matches each engine's detections
+to eager's (label and IoU >= 0.99, scores within 1e-3; the TensorRT ONNX at batch 8 and image by
+image at batch 1), then times batch 8 as one call of the batched ONNX against eight calls of the
+per-image ONNX, interleaved, and prints one table. ``TF32=0`` turns CUDA's TF32 off (eager's
+convolutions are float32; TF32 moves scores by about 1e-3, past the matching tolerance).
+
+The GPU machine's onnxruntime has no CUDA provider: onnxruntime-gpu (CUDA 13) is carried there
+unpacked under a ``PYTHONPATH`` folder, its CUDA kernels cut to the H100's sm_90 to fit the
+transfer (``benchmarks/README.md``, "On the lent GPU machine"), and ``onnxruntime.preload_dlls()``
+loads the CUDA libraries of that machine's torch before ``run``.
 """
 
 from __future__ import annotations
@@ -54,7 +62,39 @@ def prepare(out: Path) -> None:
         (out / label).rename(out / f"{label}.dir")
         (out / f"{label}.dir" / "model.onnx").rename(out / f"{label}.onnx")
         (out / f"{label}.dir").rmdir()
+    _tensorrt_onnx(model, images(2, 0), out)
     print("prepared", sorted(p.name for p in out.iterdir()))
+
+
+def _tensorrt_onnx(model, x, out: Path) -> None:
+    """The TensorRT target's ONNX (opset 20, ONNX NonMaxSuppression), exactly what its engine is
+    built from, at a dynamic batch: written by the target's ONNX step, as tests/e2e/test_tensorrt_onnx.py
+    does, since the engine step needs TensorRT."""
+    import fxdeploy
+    from fxdeploy.capture import batching, capture, substitution
+    from fxdeploy.passes.base import run_pipeline
+    from fxdeploy.passes.record import record, update
+    from fxdeploy.targets import LoweringJob, get_target
+    from fxdeploy.targets.tensorrt import tensorrt_onnx
+
+    settings = fxdeploy.Settings()
+    captured = capture(model, (x,), dynamic_shapes={"images": {0: ("batch", 1, 8)}},
+                       substitutions=substitution.resolve(None), settings=settings)
+    gm = captured.graph_module
+    update(gm, output_names=tuple(captured.output_names))
+    gm, _ = run_pipeline(gm, get_target("tensorrt").pipeline, settings)
+    names = [leaf["name"] for leaf in record(gm).output_leaves if leaf["kind"] != "constant"]
+    folder = out / "tensorrt.dir"
+    folder.mkdir()
+    job = LoweringJob(gm, captured.example_inputs, captured.input_names, names,
+                      captured.export_dynamic_shapes, settings, folder)
+    engine = batching.engine_for(get_target("tensorrt"), captured, settings)
+    assert engine.vectorize, engine.why
+    tensorrt_onnx(batching.vectorized_job(job, captured, engine))
+    (folder / "model.onnx").rename(out / "tensorrt.onnx")
+    for extra in folder.iterdir():
+        extra.unlink()
+    folder.rmdir()
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -92,8 +132,9 @@ def _engines(folder: Path, provider: str, x: np.ndarray) -> dict[str, Callable[[
     one call of the per-image ONNX for each image."""
     import onnxruntime as ort
 
-    batched = ort.InferenceSession(str(folder / "batched.onnx"), providers=[provider])
-    single = ort.InferenceSession(str(folder / "per_image.onnx"), providers=[provider])
+    providers = _providers(provider)
+    batched = ort.InferenceSession(str(folder / "batched.onnx"), providers=providers)
+    single = ort.InferenceSession(str(folder / "per_image.onnx"), providers=providers)
     assert [o.name for o in batched.get_outputs()] == ["0", "row_count_0"]
     assert [o.name for o in single.get_outputs()] == ["0", "row_count_0"]
 
@@ -104,7 +145,24 @@ def _engines(folder: Path, provider: str, x: np.ndarray) -> dict[str, Callable[[
     def per_image() -> list[np.ndarray]:
         return [_rows(single.run(None, {"images": x[i:i + 1]}), 0) for i in range(len(x))]
 
-    return {"batched": one_call, "per_image": per_image}
+    engines = {"batched": one_call, "per_image": per_image}
+    if (folder / "tensorrt.onnx").is_file():
+        tensorrt = ort.InferenceSession(str(folder / "tensorrt.onnx"), providers=providers)
+
+        def tensorrt_onnx() -> list[np.ndarray]:
+            out = tensorrt.run(None, {"images": x})
+            return [_rows(out[:2], i) for i in range(len(x))]
+
+        engines["tensorrt_onnx"] = tensorrt_onnx
+    return engines
+
+
+def _providers(provider: str) -> list:
+    """The provider, with CUDA's TF32 off where ``TF32=0`` (eager's float32 convolutions are exact
+    float32; TF32 moves scores by about 1e-3, past this script's matching tolerance)."""
+    if provider == "CUDAExecutionProvider" and os.environ.get("TF32") == "0":
+        return [(provider, {"use_tf32": "0"})]
+    return [provider]
 
 
 def run(folder: Path) -> None:
@@ -121,6 +179,8 @@ def run(folder: Path) -> None:
             got = engine()
             bad = sum(_unmatched(w, g) for w, g in zip(want, got, strict=True))
             print(f"{provider} {label}: {sum(len(g) for g in got)} detections, {bad} unmatched against eager")
+        if "tensorrt_onnx" in engines:
+            _check_batch_one(folder, provider, x, want)
         times: dict[str, list[float]] = {label: [] for label in engines}
         for _ in range(RUNS):
             for label, engine in engines.items():
@@ -129,6 +189,18 @@ def run(folder: Path) -> None:
                 times[label].append((time.perf_counter() - start) * 1e3)
         b, p = float(np.median(times["batched"])), float(np.median(times["per_image"]))
         print(f"| {provider} | batch {BATCH} | batched {b:.2f} ms | per-image {p:.2f} ms | {b / p:.2f}x |")
+        if "tensorrt_onnx" in times:
+            t = float(np.median(times["tensorrt_onnx"]))
+            print(f"| {provider} | batch {BATCH} | TensorRT's ONNX, one call {t:.2f} ms | {t / p:.2f}x per-image |")
+
+
+def _check_batch_one(folder: Path, provider: str, x: np.ndarray, want: list[np.ndarray]) -> None:
+    """The TensorRT target's ONNX at batch 1, image by image, against eager's rows for that image."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(folder / "tensorrt.onnx"), providers=_providers(provider))
+    bad = sum(_unmatched(want[i], _rows(session.run(None, {"images": x[i:i + 1]})[:2], 0)) for i in range(len(x)))
+    print(f"{provider} tensorrt_onnx at batch 1: {bad} unmatched against eager over {len(x)} images")
 
 
 if __name__ == "__main__":

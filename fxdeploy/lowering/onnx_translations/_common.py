@@ -20,6 +20,15 @@ from fxdeploy.artifact.onnx_files import TIE_FREE
 
 NEG_INF = float("-inf")
 
+LOWEST = float(np.nextafter(np.finfo(np.float32).min, np.float32(0)))
+"""What ranks last in a TopK key (largest first) that fxdeploy writes: the float32 one step above
+the lowest finite one; never -inf, nor the lowest itself. ONNX Runtime's CUDA TopK pads each row
+with the lowest finite value: up to a power of two (``BitonicTopK``, rows of up to 1024), or its
+block sort's spare slots, whose indices it never sets (``RadixTopK``, longer rows). A kept key at
+or below that padding loses to it, and the TopK returns padding: indices past the row, or
+unset ones. Seen on an H100 with onnxruntime-gpu 1.31.1, where YOLO11n's batched ONNX kept 3 of
+eager's 2144 detections while the CPU provider matched eager."""
+
 INT32_SQUARE_ROOT = 46340
 """The largest N whose keys ``dense * N + index`` stay below 2**31: OpenVINO's CPU plugin computes
 int64 as int32."""
@@ -88,6 +97,14 @@ def without_background(scores: Any, num_classes: Any, background_label_id: int) 
     return op.Where(op.Equal(classes, const(background_label_id)), const(NEG_INF, np.float32), s)
 
 
+def below_candidates(score_threshold: float) -> float:
+    """The finite float32 that stands for a non-candidate in a TopK key: the threshold itself, which
+    every candidate (score > threshold, in float32) exceeds, clamped to [LOWEST, -LOWEST]. The one
+    case this gives up: with a threshold below LOWEST, a candidate scored the lowest finite float32
+    ranks under the floor, and the final top-K can leave it out."""
+    return float(np.clip(np.float32(score_threshold), LOWEST, -LOWEST))
+
+
 def nan_to_neg_inf(scores: Any) -> Any:
     """NaN scores as -inf. NonMaxSuppression needs no help (any threshold test fails on NaN),
     but ReduceMax and TopK would let a NaN win, so ranking code uses this first."""
@@ -142,8 +159,9 @@ def pre_top_k_boxes(scores: Any, pre_top_k: int, num_boxes: Any) -> Any:
 
     TopK breaks ties by the lower index, as the spec asks. Sorting the chosen indices back into
     box order keeps NMS's own tie rule (lower box index first) working on the gathered subset.
+    A box with no score above -inf ranks as LOWEST (never a candidate, whichever is kept).
     """
-    best = op.ReduceMax(nan_to_neg_inf(scores), const([2]), keepdims=0)
+    best = op.Max(op.ReduceMax(nan_to_neg_inf(scores), const([2]), keepdims=0), const(LOWEST, np.float32))
     k = op.Min(const([pre_top_k]), num_boxes)
     _, top = op.TopK(best, k, axis=1, largest=1, sorted=1)
     ordered, _ = op.TopK(op.Neg(top), k, axis=1, largest=1, sorted=1)

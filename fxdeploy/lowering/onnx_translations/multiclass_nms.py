@@ -2,8 +2,9 @@
 
 Only standard opset-18 ops (no Loop, If or Unique), so ONNX Runtime, OpenVINO and TensorRT's
 parser all take it. After NonMaxSuppression selects M triples, the subgraph is a handful of
-element-wise ops and gathers over M, then per image a [B, M + K] score matrix (-inf outside the
-image; K spare columns keep TopK's static K valid) and one TopK of K per row. No sort of all M,
+element-wise ops and gathers over M, then per image a [B, M + K] score matrix (a finite floor
+outside the image, never -inf: ``_common.LOWEST``; K spare columns keep TopK's static K valid) and
+one TopK of K per row. No sort of all M,
 no work over the B x N x C scores besides the transpose NonMaxSuppression needs, so it costs a
 few percent of the NonMaxSuppression node itself (benchmarks/nms_bench.py).
 
@@ -33,7 +34,7 @@ from onnxscript import opset18 as op
 from fxdeploy.lowering.onnx_translations import threshold_only
 from fxdeploy.lowering.onnx_translations._common import (
     INT32_SQUARE_ROOT,
-    NEG_INF,
+    below_candidates,
     const,
     descending_order,
     descending_positions,
@@ -114,11 +115,13 @@ def _ranks(scores: Any, score_threshold: float, row_length: int | None) -> Any:
     """Scores [B', C', N'] as tie-free keys in the same order: N' - rank along N', where rank
     orders by descending score and then ascending index; non-candidates (score <= threshold) -1,
     below NonMaxSuppression's threshold of 0 whether a runtime keeps scores > or >= it (OpenVINO).
+    The TopK sees non-candidates at ``below_candidates``, not -inf (``_common.LOWEST``).
     ``row_length``: N' where static (the rank then needs no stable TopK)."""
     count = op.Shape(scores, start=2, end=3)
     # NaN never is a candidate; OpenVINO's CPU Greater says NaN > t, so NaN is tested apart
     candidate = op.And(op.Greater(scores, const(np.float32(score_threshold), np.float32)), op.Not(op.IsNaN(scores)))
-    clean = op.Where(candidate, scores, const(NEG_INF, np.float32))  # no NaN for TopK to place
+    floor = const(below_candidates(score_threshold), np.float32)
+    clean = op.Where(candidate, scores, floor)  # no NaN for TopK to place, and no -inf
     if row_length is not None and row_length <= INT32_SQUARE_ROOT:
         rank = descending_positions(clean, count, axis=2)
     else:  # one TopK, stable (as ONNX's is; OpenVINO's executor asks for it)
@@ -193,24 +196,24 @@ def _merge_length(scores: Any, pre_top_k: int, cap: int, agnostic: bool, keep_to
 
 
 def _top_k_per_image(
-    image: Any, score: Any, table: Any, boxes: Any, batch: Any, keep_top_k: int, tie_free: bool
+    image: Any, score: Any, table: Any, boxes: Any, batch: Any, keep_top_k: int, tie_free: bool, floor: float
 ) -> tuple[Any, Any, Any, Any, Any]:
-    """Spec steps 4-5: a [B, M + K] score matrix (-inf outside the row's image), TopK K per row,
-    then padding. ``table`` [M, 3] holds (label, box index, row in ``boxes`` [R, 4]); boxes are
+    """Spec steps 4-5: a [B, M + K] score matrix (``floor``, below every selected score, outside the
+    row's image), TopK K per row, then padding; a row's slot is filled where its column is the
+    image's. ``table`` [M, 3] holds (label, box index, row in ``boxes`` [R, 4]); boxes are
     only gathered for the B x K winners, from ``boxes`` plus one zero row (row -1).
     ``tie_free``: the row length is known to be at most INT32_SQUARE_ROOT, so the order comes
     from ``descending_order`` rather than a stable TopK."""
     owner = op.Unsqueeze(op.Concat(image, const(np.full(keep_top_k, -1)), axis=0), const([0]))
     images = op.Unsqueeze(op.Range(const(0), op.Squeeze(batch, const([0])), const(1)), const([1]))
-    neg_inf = const(NEG_INF, np.float32)
     padded = op.Unsqueeze(op.Concat(score, const(np.zeros(keep_top_k), np.float32), axis=0), const([0]))
-    matrix = op.Where(op.Equal(owner, images), padded, neg_inf)
+    matrix = op.Where(op.Equal(owner, images), padded, const(floor, np.float32))
     if tie_free:
         position = descending_order(matrix, op.Shape(matrix, start=1, end=2), 1, const([keep_top_k]))
         top_scores = op.GatherElements(matrix, position, axis=1)
     else:
         top_scores, position = op.TopK(matrix, const([keep_top_k]), axis=1, largest=1, sorted=1)
-    filled = op.Greater(top_scores, neg_inf)
+    filled = op.Equal(op.Gather(op.Squeeze(owner, const([0])), position, axis=0), images)
     winners = op.Gather(op.Concat(table, const(np.full((keep_top_k, 3), -1)), axis=0), position, axis=0)
     label, index, box_row = (op.Squeeze(c, const([2])) for c in op.Split(winners, axis=2, num_outputs=3))
     return padded_outputs(filled, boxes, box_row, top_scores, label, index)
@@ -264,7 +267,7 @@ def multiclass_nms_standard(
     length = _merge_length(scores, pre_top_k, cap, class_agnostic, keep_top_k)
     det_boxes, det_scores, det_labels, num_dets, det_index = _top_k_per_image(
         image, score, table, op.Reshape(b, const([-1, 4])), batch, keep_top_k,
-        tie_free=length is not None and length <= INT32_SQUARE_ROOT,
+        tie_free=length is not None and length <= INT32_SQUARE_ROOT, floor=below_candidates(score_threshold),
     )
     return op.CastLike(det_boxes, boxes), op.CastLike(det_scores, scores), det_labels, num_dets, det_index
 

@@ -16,9 +16,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from onnx import TensorProto
 from onnxscript import opset18 as op
 
-from fxdeploy.lowering.onnx_translations._common import NEG_INF, const, nan_to_neg_inf, padded_outputs, static_dim
+from fxdeploy.lowering.onnx_translations._common import (
+    below_candidates,
+    const,
+    nan_to_neg_inf,
+    padded_outputs,
+    static_dim,
+)
 
 
 def applies(
@@ -63,20 +70,27 @@ def threshold_and_rank(
     """The five outputs from the candidates ``_candidates`` gives: scores ``s`` [B, N', C] (float32,
     background at -inf), boxes ``b`` [B, N', 4] or [B, N', C, 4], and the pre_top_k choice.
     ``single``: C is statically 1, so the pair index is the box index. ``known_pairs``: N' * C where it
-    is static; at least K of them, TopK needs no spare -inf columns and every position is a pair."""
-    neg_inf = const(NEG_INF, np.float32)
+    is static; at least K of them, TopK needs no spare columns and every position is a pair.
+    Non-candidates and spare columns rank at ``below_candidates``, never -inf (``_common.LOWEST``);
+    a slot is filled where its pair is a candidate."""
+    threshold = const(score_threshold, np.float32)
+    floor = const(below_candidates(score_threshold), np.float32)
     if single:
         class_major = op.Squeeze(s, const([2]))
     else:  # allowzero: with no boxes the width is a real 0, not "copy the input's dim"
         pairs = op.Mul(num_classes, num_boxes)
         class_major = op.Reshape(op.Transpose(s, perm=[0, 2, 1]), op.Concat(batch, pairs, axis=0), allowzero=1)
     class_major = nan_to_neg_inf(class_major)  # OpenVINO's CPU plugin lets NaN through Greater + Where
-    candidates = op.Where(op.Greater(class_major, const(score_threshold, np.float32)), class_major, neg_inf)
+    candidate = op.Greater(class_major, threshold)
+    candidates = op.Where(candidate, class_major, floor)
+    mark = op.Cast(candidate, to=TensorProto.FLOAT)  # 1 at a candidate: a float gather, which every runtime has
     fits = known_pairs is not None and known_pairs >= keep_top_k
-    if not fits:  # spare -inf columns, so that TopK's K always fits
-        candidates = op.Concat(candidates, op.Expand(neg_inf, op.Concat(batch, const([keep_top_k]), axis=0)), axis=1)
+    if not fits:  # spare columns, so that TopK's K always fits
+        spare = op.Concat(batch, const([keep_top_k]), axis=0)
+        candidates = op.Concat(candidates, op.Expand(floor, spare), axis=1)
+        mark = op.Concat(mark, op.Expand(const(0.0, np.float32), spare), axis=1)
     top, position = op.TopK(candidates, const([keep_top_k]), axis=1, largest=1, sorted=1)
-    filled = op.Greater(top, neg_inf)
+    filled = op.Greater(op.GatherElements(mark, position, axis=1), const(0.5, np.float32))
     slot = position if fits else op.Where(filled, position, const(0))  # a spare column is no pair
     if single:
         label, local = const(0), slot

@@ -1,4 +1,6 @@
-"""topk: topk(x, min(n, k)) over selected rows takes a static k from rows padded at -inf/+inf."""
+"""topk: topk(x, min(n, k)) over selected rows takes a static k from rows padded one float step
+inside the type's finite range (never an infinity: ONNX Runtime's CUDA TopK loses those to its own
+padding), the valid keys clamped a step further in, and the values gathered from the rows."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import torch
 
 from fxdeploy.passes.padding.rows import PaddedRows
 from fxdeploy.passes.padding.topk import TOPK
-from tests.passes.padding.helpers import assert_matches_eager, captured, padded, rand
+from tests.passes.padding.helpers import assert_matches_eager, captured, padded, rand, trimmed
 
 
 class TopOfSelected(torch.nn.Module):
@@ -32,7 +34,12 @@ def test_topk_of_selected_rows(largest: bool) -> None:
     assert topk.args[1] == 12 and topk.args[4] is True  # a static k, sorted: the valid results first
     padding = topk.args[0]
     assert str(padding.target) == "aten.where.ScalarOther"
-    assert padding.args[2] == (float("-inf") if largest else float("inf"))
+    edge = torch.finfo(torch.float32).min if largest else torch.finfo(torch.float32).max
+    one_in = torch.nextafter(torch.tensor(edge), torch.tensor(0.0)).item()
+    assert padding.args[2] == one_in  # finite, and not the runtime's own padding value
+    clamped = padding.args[1]
+    assert str(clamped.target) == ("aten.clamp_min.default" if largest else "aten.clamp_max.default")
+    assert clamped.args[1] == torch.nextafter(torch.tensor(one_in), torch.tensor(0.0)).item()
     counts = assert_matches_eager(model, gm, lambda seed: (rand(40, seed=seed),))
     assert 12 in counts
 
@@ -43,6 +50,20 @@ def test_fewer_survivors_than_k() -> None:
     gm, _, _ = padded(model, rand(40))
     x = rand(40) * 0.45  # a few above 0.4
     assert 0 < assert_matches_eager(model, gm, lambda seed: (x,), seeds=1)[0] < 12
+
+
+def test_valid_rows_at_the_extremes_still_rank_ahead_of_the_padding() -> None:
+    """Smallest first, so +inf passes the selection: it ranks behind every other valid row (1e30
+    included) and ahead of all padding, with its own value, not the clamped key. (Only keys within
+    two float steps of the extreme rank as equals; eager would order those too.)"""
+    model = TopOfSelected(largest=False)
+    gm, _, _ = padded(model, rand(40))
+    x = rand(40) * 0.45
+    x[[3, 11]] = torch.tensor([float("inf"), 1e30])
+    count = assert_matches_eager(model, gm, lambda seed: (x,), seeds=1)[0]
+    assert 2 < count < 12
+    values = trimmed(gm, x)[0]
+    assert values[-2:].tolist() == [torch.tensor(1e30).item(), float("inf")]
 
 
 def test_a_static_topk_does_not_match() -> None:
