@@ -1,7 +1,7 @@
 """No TopK that fxdeploy's NMS lowering writes keeps a value at its type's extreme.
 
 ONNX Runtime's CUDA TopK pads each row with the float type's lowest finite value (the highest,
-for the smallest K): up to a power of two in ``BitonicTopK`` (rows of up to 1024), and in the
+for the smallest K): up to a power of two in ``BitonicTopK`` (short rows), and in the
 spare slots of ``RadixTopK``'s block sort (longer rows), whose indices it never sets. A kept value
 at or below that padding (-inf, or the lowest finite value itself) can lose to it, and the TopK
 returns padding: indices past the row, or unset ones. On an H100 with onnxruntime-gpu 1.31.1,

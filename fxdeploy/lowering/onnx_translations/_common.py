@@ -23,11 +23,12 @@ NEG_INF = float("-inf")
 LOWEST = float(np.nextafter(np.finfo(np.float32).min, np.float32(0)))
 """What ranks last in a TopK key (largest first) that fxdeploy writes: the float32 one step above
 the lowest finite one; never -inf, nor the lowest itself. ONNX Runtime's CUDA TopK pads each row
-with the lowest finite value: up to a power of two (``BitonicTopK``, rows of up to 1024), or its
+with the lowest finite value: up to a power of two (``BitonicTopK``, short rows), or its
 block sort's spare slots, whose indices it never sets (``RadixTopK``, longer rows). A kept key at
 or below that padding loses to it, and the TopK returns padding: indices past the row, or
-unset ones. Seen on an H100 with onnxruntime-gpu 1.31.1, where YOLO11n's batched ONNX kept 3 of
-eager's 2144 detections while the CPU provider matched eager."""
+unset ones. Seen on an H100 with onnxruntime-gpu 1.31.1: YOLO11n's batched ONNX kept 2 of eager's
+2144 detections with -inf as the key and 3 with the lowest finite value, all 2144 with this one,
+while the CPU provider matched eager throughout."""
 
 INT32_SQUARE_ROOT = 46340
 """The largest N whose keys ``dense * N + index`` stay below 2**31: OpenVINO's CPU plugin computes
