@@ -9,13 +9,15 @@ several session settings, against the per-image path (two one-thread sessions si
 from __future__ import annotations
 
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fxdeploy.bench.timing import Budget, measure_interleaved  # noqa: E402
 
 ROUNDS = 12
 
@@ -53,14 +55,9 @@ def main(folder: Path) -> None:
             future.result()
 
     runs["per-image, two one-thread sessions"] = per_image
-    for run in runs.values():
-        run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(ROUNDS):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append((time.perf_counter() - start) * 1e3)
+    budget = Budget(warmup_s=0.0, warmup_runs=2, min_time_s=0.0, min_runs=ROUNDS, rounds=ROUNDS)
+    times, failures = measure_interleaved(runs, budget)
+    assert not failures, failures
     base = float(np.median(times["per-image, two one-thread sessions"]))
     print(f"| session (batch {len(x)}) | median ms | / per-image |\n|---|---:|---:|")
     for name, values in times.items():
