@@ -18,7 +18,6 @@ from fxdeploy.passes.ncnn.input_attention_masks import input_attention_masks
 from fxdeploy.passes.ncnn.integer_powers import integer_powers
 from fxdeploy.passes.ncnn.max_indices import max_indices
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
-from fxdeploy.passes.ncnn.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
@@ -28,6 +27,7 @@ from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
+from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.whole_input_pool import whole_input_pool
 
@@ -39,19 +39,27 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 # tensorize_outputs (it adds the hidden count outputs and the trim records that tensorize_outputs
 # describes). It makes every data-dependent size static, every NMS a multiclass_nms included.
 # precision_policy after pad_compactions: it keeps the NMS inputs (and their box decoding) in fp32.
+# scatters_as_slices: the exporter writes a select_scatter/slice_scatter as a ScatterElements or
+# ScatterND with an index per element (torchvision's image batching: 8.5 ms an image on ONNX
+# Runtime for a copy); as slices and a cat they are copies. After the passes that add or match
+# writes and casts, and before contiguous_reshapes, which must see the reshapes it makes of views.
 # contiguous_reshapes right before tensorize_outputs: it must see the final reshapes (for the
 # ONNX exporter's decompositions; it changes no values).
-ONNX: tuple[Pass, ...] = (*CLEANUP, pad_compactions, precision_policy, contiguous_reshapes, tensorize_outputs)
+ONNX: tuple[Pass, ...] = (
+    *CLEANUP, pad_compactions, precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
+)
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
 # and after precision_policy (which keeps sigmoids in fp32 by name).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, precision_policy, exact_score_sigmoid, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, pad_compactions, precision_policy, exact_score_sigmoid, scatters_as_slices, contiguous_reshapes,
+    tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool; it
 # changes no outputs, so anywhere after cleanup).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, whole_input_pool, pad_compactions, precision_policy, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, whole_input_pool, pad_compactions, precision_policy, scatters_as_slices, contiguous_reshapes,
+    tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

@@ -31,7 +31,7 @@ import torch
 
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import attribute, call_site, fill_meta
-from fxdeploy.passes.ncnn.scatters_as_slices import SCATTERS, Span, scatter_span
+from fxdeploy.passes.scatters_as_slices import SCATTERS, Span, scatter_span
 from fxdeploy.settings import Settings
 
 logger = logging.getLogger(__name__)

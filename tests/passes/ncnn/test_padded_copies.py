@@ -15,7 +15,7 @@ from fxdeploy.capture.functional import functionalize
 from fxdeploy.passes import op_histogram
 from fxdeploy.passes.ncnn.fold_constants import fold_constants
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
-from fxdeploy.passes.ncnn.scatters_as_slices import scatters_as_slices
+from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.settings import Settings
 
 BATCH = torch.export.Dim("batch", min=1, max=8)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fxdeploy.capture.functional import functionalize
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.ncnn.scatters_as_slices import scatters_as_slices
+from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.settings import Settings
 
 BATCH = torch.export.Dim("batch", min=1, max=8)
@@ -147,7 +147,7 @@ def test_scatters_no_slice_spells_stay_with_the_reason(
 ) -> None:
     x = torch.randn(2, 6)
     gm = functional(model, x, dynamic=dynamic)
-    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.ncnn.scatters_as_slices"):
+    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.scatters_as_slices"):
         result = scatters_as_slices(gm, Settings())
     assert reason in caplog.text
     assert "aten.slice_scatter.default" in op_histogram(result.graph_module)
