@@ -34,7 +34,11 @@ def _models() -> dict:
     from examples.ultralytics_yolo import YoloWithNMS, build
     from examples.ultralytics_yolo import images as yolo_images
 
-    return {"retinanet": (retinanet, images), "yolo11n": (lambda: (YoloWithNMS(build("yolo11n.yaml")),), yolo_images)}
+    # the examples' builders, not batched_engine.MODELS: that module imports fxdeploy from this checkout
+    return {
+        "retinanet": (lambda: retinanet()[0], images),
+        "yolo11n": (lambda: YoloWithNMS(build("yolo11n.yaml")), yolo_images),
+    }
 
 
 def lower(root: Path, out: Path) -> None:
@@ -42,7 +46,7 @@ def lower(root: Path, out: Path) -> None:
     import fxdeploy
 
     for name, (build, images) in _models().items():
-        model = build()[0]
+        model = build()
         for target in TARGETS:
             for engine in ENGINES:
                 settings = fxdeploy.Settings(threads=2, batching=engine, verify=False)
