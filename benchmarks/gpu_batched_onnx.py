@@ -1,18 +1,22 @@
-"""The batched engine on a GPU machine: YOLO11n's ONNX artifacts (one call per batch, and one per
-image) on ONNX Runtime's best provider there, against eager detections computed here.
+"""The batched engine on a GPU machine: a detector's ONNX artifacts (one call per batch, and one
+per image) on ONNX Runtime's best provider there, against eager detections.
 
-Two steps, because the GPU machine has no Ultralytics and no package registry:
+Two steps. YOLO11n is prepared here, because the GPU machine has no Ultralytics and no package
+registry; torchvision's RetinaNet is prepared there (its 139 MB of weights need not travel):
 
     YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/gpu_batched_onnx.py prepare gpu-run   # here
     python3 benchmarks/gpu_batched_onnx.py run gpu-run                                    # there
+    python3 benchmarks/gpu_batched_onnx.py prepare gpu-retina retinanet                  # there
+    python3 benchmarks/gpu_batched_onnx.py run gpu-retina
 
-``prepare`` lowers YOLO11n with the default settings (lower()'s check on) batched and per-image
+``prepare`` lowers the model (YOLO11n unless named) with the default settings (lower()'s check on) batched and per-image
 (``Settings(batching="per_image")``), copies each artifact's ``model.onnx``, writes the TensorRT
 target's ONNX (its ONNX step: the engine step needs TensorRT), and saves batch-8 images and
 eager's detections. ``run`` needs onnxruntime and numpy only: it matches each engine's detections
 to eager's (label and IoU >= 0.99, scores within 1e-3; the TensorRT ONNX at batch 8 and image by
 image at batch 1), then times batch 8 as one call of the batched ONNX against eight calls of the
-per-image ONNX, interleaved, and prints one table. ``TF32=0`` turns CUDA's TF32 off (eager's
+per-image ONNX, interleaved, and prints one table (``PROVIDERS`` names them, CUDA's and the CPU's
+by default). ``TF32=0`` turns CUDA's TF32 off (eager's
 convolutions are float32; TF32 moves scores by about 1e-3, past the matching tolerance).
 
 The GPU machine's onnxruntime has no CUDA provider: onnxruntime-gpu (CUDA 13) is carried there
@@ -29,6 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,32 +41,45 @@ BATCH = 8
 RUNS = int(os.environ.get("RUNS", "30"))
 
 
-def prepare(out: Path) -> None:
+def _model(name: str) -> tuple[Any, Callable[..., Any]]:
+    """The detector and its image maker: YOLO11n with Ultralytics' NMS, or torchvision's RetinaNet."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    if name == "yolo11n":
+        from examples.ultralytics_yolo import YoloWithNMS, build, images
+
+        return YoloWithNMS(build("yolo11n.yaml")), images
+    from examples import torchvision_detectors
+
+    return torchvision_detectors.build(name), torchvision_detectors.images
+
+
+def _eager_rows(row: Any) -> np.ndarray:
+    """One image's eager detections as (x1, y1, x2, y2, score, label) rows."""
+    if isinstance(row, dict):
+        return np.concatenate([row["boxes"].numpy(), row["scores"].numpy()[:, None],
+                               row["labels"].numpy()[:, None].astype(np.float32)], 1)
+    return row.numpy()
+
+
+def prepare(out: Path, name: str = "yolo11n") -> None:
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    model, images = _model(name)  # puts the checkout on sys.path
     import fxdeploy
-    from examples.ultralytics_yolo import YoloWithNMS, build, images
 
     out.mkdir(parents=True, exist_ok=True)
-    model = YoloWithNMS(build("yolo11n.yaml"))
     x = images(BATCH, 2)
     with torch.no_grad():
         rows = model(x)
     np.save(out / "images.npy", x.numpy())
-    np.savez(out / "eager.npz", *[r.numpy() for r in rows])
+    np.savez(out / "eager.npz", *[_eager_rows(r) for r in rows])
     for label, batching in (("batched", "vectorize"), ("per_image", "per_image")):
         deployed = fxdeploy.lower(model, (images(2, 0),), target="onnxruntime",
                                   dynamic_shapes={"images": {0: ("batch", 1, 8)}},
                                   settings=fxdeploy.Settings(batching=batching))
-        deployed.save(out / label)
+        deployed.save(out / f"{label}.dir")
         (out / f"{label}.json").write_text(json.dumps({"outputs": deployed.manifest["outputs"]}))
-        for extra in (out / label).iterdir():
-            if extra.name != "model.onnx":
-                extra.unlink()
-        (out / label).rename(out / f"{label}.dir")
-        (out / f"{label}.dir" / "model.onnx").rename(out / f"{label}.onnx")
-        (out / f"{label}.dir").rmdir()
+        _one_file(out / f"{label}.dir", out / f"{label}.onnx")
     _tensorrt_onnx(model, images(2, 0), out)
     print("prepared", sorted(p.name for p in out.iterdir()))
 
@@ -91,10 +109,18 @@ def _tensorrt_onnx(model, x, out: Path) -> None:
     engine = batching.engine_for(get_target("tensorrt"), captured, settings)
     assert engine.vectorize, engine.why
     tensorrt_onnx(batching.vectorized_job(job, captured, engine))
-    (folder / "model.onnx").rename(out / "tensorrt.onnx")
-    for extra in folder.iterdir():
-        extra.unlink()
-    folder.rmdir()
+    _one_file(folder, out / "tensorrt.onnx")
+
+
+def _one_file(folder: Path, onnx_file: Path) -> None:
+    """``folder/model.onnx`` as one file, its weights inline (RetinaNet's are external data), and
+    the folder removed."""
+    import shutil
+
+    import onnx
+
+    onnx.save(onnx.load(str(folder / "model.onnx")), str(onnx_file))
+    shutil.rmtree(folder)
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -120,11 +146,22 @@ def _unmatched(want: np.ndarray, got: np.ndarray) -> int:
     return missing + len(got) - len(used - {None})
 
 
-def _rows(outputs: list[np.ndarray], i: int) -> np.ndarray:
-    """Image ``i``'s rows from an engine's padded rows and per-image counts (a batched engine's
-    ``[batch, rows, 6]`` and ``[batch]``; a per-image engine's ``[rows, 6]`` and a scalar)."""
-    data, count = outputs
-    return data[: int(count)] if count.ndim == 0 else data[i, : int(count[i])]
+def _rows(session: Any, feed: np.ndarray, count: int) -> list[np.ndarray]:
+    """Each image's rows from one engine call: its padded rows and per-image counts (a batched
+    engine's ``[batch, rows, ...]`` and ``[batch]``; a per-image engine's ``[rows, ...]`` and a
+    scalar). Ultralytics' rows come as one ``[rows, 6]`` output, torchvision's as boxes, scores
+    and labels."""
+    names = [o.name for o in session.get_outputs()]
+    out = dict(zip(names, session.run(None, {"images": feed}), strict=True))
+    if "0" in out:
+        data = out["0"]
+    else:
+        data = np.concatenate([out["0.boxes"], out["0.scores"][..., None],
+                               out["0.labels"][..., None].astype(np.float32)], -1)
+    counts = out["row_count_0"]
+    if counts.ndim == 0:
+        return [data[: int(counts)]]
+    return [data[i, : int(counts[i])] for i in range(count)]
 
 
 def _engines(folder: Path, provider: str, x: np.ndarray) -> dict[str, Callable[[], list[np.ndarray]]]:
@@ -135,25 +172,17 @@ def _engines(folder: Path, provider: str, x: np.ndarray) -> dict[str, Callable[[
     providers = _providers(provider)
     batched = ort.InferenceSession(str(folder / "batched.onnx"), providers=providers)
     single = ort.InferenceSession(str(folder / "per_image.onnx"), providers=providers)
-    assert [o.name for o in batched.get_outputs()] == ["0", "row_count_0"]
-    assert [o.name for o in single.get_outputs()] == ["0", "row_count_0"]
 
     def one_call() -> list[np.ndarray]:
-        out = batched.run(None, {"images": x})
-        return [_rows(out, i) for i in range(len(x))]
+        return _rows(batched, x, len(x))
 
     def per_image() -> list[np.ndarray]:
-        return [_rows(single.run(None, {"images": x[i:i + 1]}), 0) for i in range(len(x))]
+        return [_rows(single, x[i:i + 1], 1)[0] for i in range(len(x))]
 
     engines = {"batched": one_call, "per_image": per_image}
     if (folder / "tensorrt.onnx").is_file():
         tensorrt = ort.InferenceSession(str(folder / "tensorrt.onnx"), providers=providers)
-
-        def tensorrt_onnx() -> list[np.ndarray]:
-            out = tensorrt.run(None, {"images": x})
-            return [_rows(out[:2], i) for i in range(len(x))]
-
-        engines["tensorrt_onnx"] = tensorrt_onnx
+        engines["tensorrt_onnx"] = lambda: _rows(tensorrt, x, len(x))
     return engines
 
 
@@ -171,7 +200,8 @@ def run(folder: Path) -> None:
     x = np.load(folder / "images.npy")
     eager = np.load(folder / "eager.npz")
     want = [eager[f"arr_{i}"] for i in range(BATCH)]
-    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
+    wanted = os.environ.get("PROVIDERS", "CUDAExecutionProvider,CPUExecutionProvider").split(",")
+    providers = [p for p in wanted if p in ort.get_available_providers()]
     print("onnxruntime", ort.__version__, "providers available:", ort.get_available_providers())
     for provider in providers:
         engines = _engines(folder, provider, x)
@@ -199,9 +229,9 @@ def _check_batch_one(folder: Path, provider: str, x: np.ndarray, want: list[np.n
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(folder / "tensorrt.onnx"), providers=_providers(provider))
-    bad = sum(_unmatched(want[i], _rows(session.run(None, {"images": x[i:i + 1]})[:2], 0)) for i in range(len(x)))
+    bad = sum(_unmatched(want[i], _rows(session, x[i:i + 1], 1)[0]) for i in range(len(x)))
     print(f"{provider} tensorrt_onnx at batch 1: {bad} unmatched against eager over {len(x)} images")
 
 
 if __name__ == "__main__":
-    {"prepare": prepare, "run": run}[sys.argv[1]](Path(sys.argv[2]))
+    {"prepare": prepare, "run": run}[sys.argv[1]](Path(sys.argv[2]), *sys.argv[3:])

@@ -56,6 +56,7 @@ RULES: tuple[Rule, ...] = (
 def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     rows = PaddedRows(gm.graph)
     known = set(gm.graph.nodes)
+    sized = {node: unbacked_symbols(node.meta.get("val")) for node in known}
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and any(a in rows.restored for a in node.all_input_nodes):
             fill_meta([node])  # its value was computed from a size the capture had fixed
@@ -84,4 +85,18 @@ def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
                 f"{call_site(node)}: {node.target} still has a data-dependent size {tuple(node.meta['val'].shape)} "
                 "after padding; compute it from a selection, topk, cat or NMS of static rows"
             )
+    _refuse_unnamed(sized, rows)
     return PassResult(gm, True)
+
+
+def _refuse_unnamed(sized: dict[torch.fx.Node, set[str]], rows: PaddedRows) -> None:
+    """Every data-dependent size of the captured graph must have got a bound and a count: a value
+    whose rows no rule counted would keep its padding as if it were valid rows."""
+    named = {str(symbol) for symbol in rows.bounds}
+    for node, symbols in sized.items():
+        if symbols - named:
+            raise CompactionError(
+                f"{call_site(node)}: {node.target} has a data-dependent size {tuple(node.meta['val'].shape)} that "
+                "no padding rule counted, so its padded rows would pass for valid ones. This is a bug in fxdeploy's "
+                f"padding rules (torch {torch.__version__}); report it with the model"
+            )

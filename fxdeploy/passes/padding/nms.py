@@ -13,7 +13,7 @@ import operator
 import torch
 
 from fxdeploy.ops.names import BATCHED_NMS, NMS, TORCHVISION_NMS, is_nms
-from fxdeploy.passes.graph_utils import call_site, is_op
+from fxdeploy.passes.graph_utils import call_site, is_op, size_symbols
 from fxdeploy.passes.padding.rows import PaddedRows
 from fxdeploy.passes.padding.rule import CompactionError, Rule, replace_node
 
@@ -62,6 +62,9 @@ def _replace(gm: torch.fx.GraphModule, nms: Node, rows: PaddedRows) -> None:
         keep, top_k = user, min(bound, head_slice(user))
     index, count = multiclass_keep(gm.graph, nms, scores, top_k)
     rows.add(nms.meta["val"].shape[0].node.expr, bound, count, call_site(nms))
+    kept = keep.meta["val"].shape[0]
+    if rows.size(kept) is None and size_symbols(kept):  # torch 2.11 names keep[:k]'s size anew (u6 <= u5)
+        rows.add(kept.node.expr, top_k, count, call_site(nms))
     replace_node(keep, index)
     if keep is not nms:
         gm.graph.erase_node(nms)

@@ -16,7 +16,7 @@ import operator
 import sympy
 import torch
 
-from fxdeploy.passes.graph_utils import call_site, is_op
+from fxdeploy.passes.graph_utils import call_site, is_op, size_symbols
 from fxdeploy.passes.padding.rows import PaddedRows
 from fxdeploy.passes.padding.rule import CompactionError, Rule
 
@@ -42,6 +42,7 @@ def _check(node: Node, rows: PaddedRows) -> str | None:
 
 def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     _refuse_from_the_end(node, rows)
+    _name_slice(gm.graph, node, rows)
     if not str(node.target).startswith("aten._assert"):
         node.args, node.kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: _bound(node, a, rows))
     if getattr(node.target, "overloadpacket", None) in VIEWS:
@@ -75,6 +76,39 @@ def _refuse_from_the_end(node: Node, rows: PaddedRows) -> None:
             "their end or their number; the padded rows sit at the end. Slice from the first row ([:k]), or take "
             "the rows with topk"
         )
+
+
+def _name_slice(graph: torch.fx.Graph, node: Node, rows: PaddedRows) -> None:
+    """``x[start:stop]`` of padded rows keeps the valid ones first: ``clamp(count - start, 0, stop -
+    start)`` of them (``count + stop - start`` for a stop counted from the end). torch 2.13 writes its
+    size as such an expression of the rows' symbol (``Min(300, u5)``); torch 2.11 names it by a new
+    symbol of its own (``u6``, asserted ``<= u5``), which gets that bound and count here, so that
+    what reads the slice is padded too."""
+    if not is_op(node, "aten.slice.Tensor", "aten.narrow.default"):
+        return
+    source = node.args[0].meta["val"]
+    args = list(node.args) + [None] * (5 - len(node.args))
+    dim = (args[1] or 0) % max(source.dim(), 1)
+    size = node.meta["val"].shape[dim]
+    if dim not in rows.dims_of(source) or rows.size(size) is not None or not size_symbols(size):
+        return
+    expr = rows.size(source.shape[dim])
+    bound, start = rows.bound(expr), args[2] or 0
+    stop, step = (start + args[3], 1) if is_op(node, "aten.narrow.default") else (args[3], args[4] or 1)
+    stop = bound if stop is None else stop
+    if not (isinstance(start, int) and isinstance(stop, int) and step == 1):
+        raise CompactionError(
+            f"{call_site(node)}: slices the rows selected at {rows.site(node.args[0])} as [{start}:{stop}:{step}], "
+            "whose valid rows are not a count that fxdeploy can spell. Slice from a fixed start to a fixed stop (x[:k])"
+        )
+    # eager keeps rows [start, min(count, stop)) or, for a stop counted from the end, [start, count + stop)
+    width, count = max((min(stop, bound) if stop >= 0 else bound + stop) - start, 0), rows.count(expr)
+    drop = start if stop >= 0 else start - stop
+    if isinstance(count, int):
+        kept: Node | int = min(max(count - drop, 0), width)
+    else:
+        kept = graph.call_function(aten.clamp.default, (graph.call_function(aten.sub.Tensor, (count, drop)), 0, width))
+    rows.add(size.node.expr, width, kept, rows.site(node.args[0]))
 
 
 def _keep_rows(node: Node, rows: PaddedRows) -> None:
