@@ -41,11 +41,13 @@ def _models() -> dict:
     }
 
 
-def lower(root: Path, out: Path) -> None:
+def lower(root: Path, out: Path, models: list[str]) -> None:
     sys.path.insert(0, str(root.resolve()))
     import fxdeploy
 
     for name, (build, images) in _models().items():
+        if name not in models:
+            continue
         model = build()
         for target in TARGETS:
             for engine in ENGINES:
@@ -94,6 +96,7 @@ def main() -> None:
     low = sub.add_parser("lower")
     low.add_argument("root", type=Path)
     low.add_argument("out", type=Path)
+    low.add_argument("--models", nargs="+", choices=("retinanet", "yolo11n"), default=["retinanet", "yolo11n"])
     tim = sub.add_parser("time")
     tim.add_argument("before", type=Path)
     tim.add_argument("after", type=Path)
@@ -102,7 +105,7 @@ def main() -> None:
     tim.add_argument("--runs", type=int, default=5, help="timed calls per artifact, over 5 interleaved rounds")
     args = parser.parse_args()
     if args.command == "lower":
-        lower(args.root, args.out)
+        lower(args.root, args.out, args.models)
     else:
         time_both(args.before, args.after, args.model, args.batch, args.runs)
 

@@ -29,6 +29,7 @@ from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
 from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
+from fxdeploy.passes.topk_of_selection import topk_of_selection
 from fxdeploy.passes.whole_input_pool import whole_input_pool
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
@@ -45,21 +46,25 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 # writes and casts, and before contiguous_reshapes, which must see the reshapes it makes of views.
 # contiguous_reshapes right before tensorize_outputs: it must see the final reshapes (for the
 # ONNX exporter's decompositions; it changes no values).
+# topk_of_selection right after pad_compactions, whose partitions it matches: a topk of selected
+# rows reads the masked rows instead (ONNX's TopK breaks ties by the lower index; TorchScript's
+# topk promises no order among ties, so its pipeline keeps the partition).
 ONNX: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices, contiguous_reshapes,
+    tensorize_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
 # and after precision_policy (which keeps sigmoids in fp32 by name).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, precision_policy, exact_score_sigmoid, scatters_as_slices, contiguous_reshapes,
-    tensorize_outputs,
+    *CLEANUP, pad_compactions, topk_of_selection, precision_policy, exact_score_sigmoid, scatters_as_slices,
+    contiguous_reshapes, tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool; it
 # changes no outputs, so anywhere after cleanup).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, whole_input_pool, pad_compactions, precision_policy, scatters_as_slices, contiguous_reshapes,
-    tensorize_outputs,
+    *CLEANUP, whole_input_pool, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
+    contiguous_reshapes, tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

@@ -52,6 +52,11 @@ def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
             key = call(clamp, (source, _last(dtype, args[3], 2)))
         args[0] = call(aten.where.ScalarOther, (valid, key, _last(dtype, args[3], 1)))
     if isinstance(k, Node):
+        if rows.size(k.meta.get("val")) is None:
+            raise CompactionError(
+                f"{call_site(node)}: topk of the rows selected at {rows.site(source)} takes k from the data "
+                f"({k.name}), not from a count of rows; a static engine needs k fixed. Use min(k, len(rows))"
+            )
         args[1] = rows.bound(rows.size(k.meta["val"]))
     node.args, node.kwargs = tuple(args), {}
     if floats:  # the values themselves, not the clamped keys

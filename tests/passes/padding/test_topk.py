@@ -90,3 +90,18 @@ def test_integer_rows_stay_integers() -> None:
     assert topk.args[0].args[2] == torch.iinfo(torch.long).min
     counts = assert_matches_eager(model, gm, lambda seed: (rand(30, 3, seed=seed),))  # dtypes compared too
     assert 6 in counts
+
+
+class DataK(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keep = x > 0.5
+        return x[keep].topk(int(keep.sum()) // 2).values  # k read from the data, not a count of rows
+
+
+def test_a_k_read_from_the_data_is_refused_with_the_call_site() -> None:
+    from fxdeploy.passes.padding import CompactionError, pad_compactions
+    from fxdeploy.settings import Settings
+
+    gm = captured(DataK(), rand(40))
+    with pytest.raises(CompactionError, match=r"test_topk\.py.*takes k from the data.*min\(k, len\(rows\)\)"):
+        pad_compactions(gm, Settings())
