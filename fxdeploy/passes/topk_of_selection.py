@@ -86,6 +86,8 @@ def _parts(topk: Node) -> dict[str, Node] | str:
     if not (is_op(upto, "aten.cumsum.default") and upto.args[0] is mask and is_op(count, "aten.select.int")
             and count.args[0] is upto and count.args[1:] == (0, -1)):
         return f"{topk.name}'s rows and count do not come from one cumsum of the mask"
+    if rows.args[0].meta["val"].shape != mask.meta["val"].shape:
+        return f"{topk.name}'s rows are gathered from a tensor of another length than the mask"
     return {"rows": rows, "order": order, "mask": mask, "key_source": clamped, "x": rows.args[0]}
 
 
