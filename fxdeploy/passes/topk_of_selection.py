@@ -135,8 +135,8 @@ def _sums_for_counts(gm: torch.fx.GraphModule) -> None:
     """``cumsum(mask, 0)[-1]`` as ``sum(mask, 0)`` where nothing else reads the cumsum: the same
     integers (a mask, or any integer tensor: no rounding), without writing every partial sum."""
     for upto in [n for n in gm.graph.nodes if is_op(n, "aten.cumsum.default")]:
-        source = upto.args[0].meta["val"]
-        if source.is_floating_point() or source.is_complex() or upto.args[1] % max(source.dim(), 1) != 0:
+        source, dim = upto.args[0].meta["val"], upto.args[1] if len(upto.args) > 1 else upto.kwargs["dim"]
+        if source.is_floating_point() or source.is_complex() or dim % max(source.dim(), 1) != 0:
             continue
         if not all(is_op(u, "aten.select.int") and u.args[1:] in ((0, -1), (-source.dim(), -1)) for u in upto.users):
             continue
