@@ -2,7 +2,8 @@
 
 Needs the detector environment (`make det-venv`):
 
-    YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/batched_engine.py [--batch 8] [--models ...] [--runs 20]
+    YOLO_OFFLINE=1 .venv-det/bin/python benchmarks/batched_engine.py [--batch 8] [--models ...] [--targets ...]
+        [--runs 20]
 
 For each model and CPU target, at ``--batch`` images and 2 threads, interleaved in one run:
 - ``batched``: ``fxdeploy.lower`` as it is by default: the per-image graph vectorized, one engine
@@ -115,18 +116,20 @@ def ultralytics_onnx_nms(model: torch.nn.Module, batch: int, work: Path) -> Call
     return run
 
 
-def contenders(name: str, batch: int, work: Path) -> tuple[dict[str, Callable[[torch.Tensor], Any]], Any]:
+def contenders(
+    name: str, batch: int, work: Path, targets: list[str],
+) -> tuple[dict[str, Callable[[torch.Tensor], Any]], Any]:
     model, images, dets = MODELS[name]()
     dynamic, subs = _lowering(name)
     runs: dict[str, Callable[[torch.Tensor], Any]] = {}
-    for target in TARGETS:
+    for target in targets:
         for label, batching in (("batched", "vectorize"), ("per-image", "per_image")):
             settings = fxdeploy.Settings(threads=THREADS, batching=batching, verify=False)
             deployed = fxdeploy.lower(model, (images(2, 0),), target=target, settings=settings, dynamic_shapes=dynamic,
                                       substitutions=subs)
             assert deployed.manifest["per_image"]["engine"] == ("batch" if batching == "vectorize" else "image")
             runs[f"{target} {label}"] = deployed
-    if name == "yolo11n":
+    if name == "yolo11n" and "onnxruntime" in targets:
         runs["ultralytics:onnx-nms"] = ultralytics_onnx_nms(model, batch, work)
     return runs, (model, images, dets)
 
@@ -135,12 +138,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     parser.add_argument("--runs", type=int, default=20, help="timed calls per contender, over 5 interleaved rounds")
     args = parser.parse_args()
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as work, pinned_threads(THREADS), torch.no_grad():
         for name in args.models:
-            runs, (model, images, dets) = contenders(name, args.batch, Path(work) / name)
+            runs, (model, images, dets) = contenders(name, args.batch, Path(work) / name, args.targets)
             x = images(args.batch, 7)
             want = dets(model(x))
             budget = Budget(warmup_s=0.0, warmup_runs=2, min_time_s=0.0, min_runs=args.runs, rounds=5)
