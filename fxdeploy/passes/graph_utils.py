@@ -62,14 +62,18 @@ def _held_back(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def fill_meta(new: list[torch.fx.Node]) -> None:
+def fill_meta(new: list[torch.fx.Node], fresh_sizes: bool = False) -> None:
     """meta['val'] of inserted nodes, in order, from their inputs' fake values, in the capture's
     fake mode. Cheaper than ``refresh_meta``, and it cannot trip on ops elsewhere in the graph (a
     whole-graph propagation does on DETR at a dynamic H/W). The Python dispatcher is on, as in
     torch.export's trace: without it an op with no symbolic meta kernel (``constant_pad_nd``) runs
-    its C++ kernel, which reads the sizes as ints and fixes a dynamic batch at the example's."""
+    its C++ kernel, which reads the sizes as ints and fixes a dynamic batch at the example's.
+    ``fresh_sizes``: the ops may name a data-dependent size anew (torch 2.11 does for a slice), which
+    the caller binds; the shape env is not to wait for an op of the graph to return it."""
     values = [a.meta.get("val") for n in new for a in n.all_input_nodes]
-    with detect_fake_mode(values) or contextlib.nullcontext(), enable_python_dispatcher():
+    mode = detect_fake_mode(values)
+    fresh = mode.shape_env.ignore_fresh_unbacked_symbols() if fresh_sizes and mode and mode.shape_env else None
+    with mode or contextlib.nullcontext(), enable_python_dispatcher(), fresh or contextlib.nullcontext():
         for node in new:
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta["val"])
             node.meta["val"] = node.target(*args, **kwargs)

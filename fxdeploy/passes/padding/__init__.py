@@ -22,6 +22,7 @@ form cannot equal eager the pass refuses, naming the call site (``CompactionErro
 from __future__ import annotations
 
 import torch
+from torch._guards import detect_fake_mode
 
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import (
@@ -36,7 +37,7 @@ from fxdeploy.passes.padding.cat import CAT
 from fxdeploy.passes.padding.index_put import INDEX_PUT
 from fxdeploy.passes.padding.nms import NMS
 from fxdeploy.passes.padding.outputs import TRIM_OUTPUTS
-from fxdeploy.passes.padding.row_wise import ROW_WISE
+from fxdeploy.passes.padding.row_wise import ROW_WISE, VIEWS
 from fxdeploy.passes.padding.rows import PaddedRows, UnsupportedSize
 from fxdeploy.passes.padding.rule import CompactionError, Rule
 from fxdeploy.passes.padding.selections import BOOL_INDEX, MASKED_SELECT, NONZERO, WHERE
@@ -56,11 +57,14 @@ RULES: tuple[Rule, ...] = (
 def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     rows = PaddedRows(gm.graph)
     known = set(gm.graph.nodes)
+    shapes = _shape_env(gm)
     sized = {node: unbacked_symbols(node.meta.get("val")) for node in known}
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and any(a in rows.restored for a in node.all_input_nodes):
+        if (node.op == "call_function" and any(a in rows.restored for a in node.all_input_nodes)
+                and getattr(node.target, "overloadpacket", None) not in VIEWS):
             fill_meta([node])  # its value was computed from a size the capture had fixed
-            rows.restored.add(node)
+            _refuse_fixed(node, rows, shapes)
+            rows.restored.add(node)  # (a view's literal rows are row_wise's to restore, at the bound)
         rule = next((r for r in RULES if r.check(node, rows) is None), None)
         if rule is None:
             continue
@@ -87,6 +91,27 @@ def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
             )
     _refuse_unnamed(sized, rows)
     return PassResult(gm, True)
+
+
+def _shape_env(gm: torch.fx.GraphModule) -> object:
+    """The capture's shape env (None where the graph has no fake inputs)."""
+    mode = detect_fake_mode([node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder")])
+    return mode.shape_env if mode else None
+
+
+def _refuse_fixed(node: torch.fx.Node, rows: PaddedRows, shapes: object) -> None:
+    """A value computed again from rows whose size the capture had fixed must not fix it anew: an
+    op that reads them beside a size of the example's count (``arange(len(x))``) makes torch
+    assert that the count is that number, and the padded rows would then pass for valid ones."""
+    replacements = getattr(shapes, "replacements", {})
+    for symbol in rows.bounds:
+        if getattr(replacements.get(symbol), "is_number", False):
+            raise CompactionError(
+                f"{call_site(node)}: {node.target} reads the rows selected at {rows.site_of(symbol)} beside a size the "
+                f"capture fixed at the example's count ({replacements[symbol]}, a len() or shape of them used as a "
+                "number); the padded rows would pass for valid ones. Size it from the rows themselves (-1 in a view, "
+                "or a mask)"
+            )
 
 
 def _refuse_unnamed(sized: dict[torch.fx.Node, set[str]], rows: PaddedRows) -> None:

@@ -16,7 +16,7 @@ import operator
 import sympy
 import torch
 
-from fxdeploy.passes.graph_utils import call_site, is_op, size_symbols
+from fxdeploy.passes.graph_utils import call_site, fill_meta, is_op, size_symbols
 from fxdeploy.passes.padding.rows import PaddedRows
 from fxdeploy.passes.padding.rule import CompactionError, Rule
 
@@ -89,8 +89,12 @@ def _name_slice(graph: torch.fx.Graph, node: Node, rows: PaddedRows) -> None:
     source = node.args[0].meta["val"]
     args = list(node.args) + [None] * (5 - len(node.args))
     dim = (args[1] or 0) % max(source.dim(), 1)
+    if dim not in rows.dims_of(source):
+        return
+    if not size_symbols(node.meta["val"].shape[dim]):
+        _restore_fixed(node, rows)
     size = node.meta["val"].shape[dim]
-    if dim not in rows.dims_of(source) or rows.size(size) is not None or not size_symbols(size):
+    if rows.size(size) is not None or not size_symbols(size):
         return
     expr = rows.size(source.shape[dim])
     bound, start = rows.bound(expr), args[2] or 0
@@ -111,6 +115,18 @@ def _name_slice(graph: torch.fx.Graph, node: Node, rows: PaddedRows) -> None:
     rows.add(size.node.expr, width, kept, rows.site(node.args[0]))
 
 
+def _restore_fixed(node: Node, rows: PaddedRows) -> None:
+    """A slice of padded rows whose size the capture fixed at the example's (torch 2.11 does so for
+    ``nms(...)[:45]`` read by ``len()``, where torch 2.13 fixes only the view that reads it) is
+    computed again from its padded input, so that it and what reads it follow the count."""
+    fixed = node.meta["val"]
+    fill_meta([node], fresh_sizes=True)
+    if any(size_symbols(size) for size in node.meta["val"].shape):
+        rows.restored.add(node)
+    else:
+        node.meta["val"] = fixed  # the size holds for every count (a slice within the rows' minimum)
+
+
 def _keep_rows(node: Node, rows: PaddedRows) -> None:
     """A view of padded rows keeps the valid rows first where the dims before the rows dim stay as
     they are: the rows dim is then kept, or merged or split with the dims after it only. Where the
@@ -119,6 +135,9 @@ def _keep_rows(node: Node, rows: PaddedRows) -> None:
     source, value = node.args[0].meta["val"], node.meta["val"]
     padded, shape = rows.dims_of(source), list(value.shape)
     if not padded or (len(padded) > 1 and tuple(shape) == tuple(source.shape)):
+        if node.args[0] in rows.restored:  # the loop leaves a view of a restored value to this rule
+            fill_meta([node])
+            rows.restored.add(node)
         return
     kept = _rows_dim(list(source.shape), padded, shape, rows.dims_of(value))
     if kept is None:
