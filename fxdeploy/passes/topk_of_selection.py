@@ -133,7 +133,10 @@ def _swap(old: Node, new: Node) -> None:
 
 def _sums_for_counts(gm: torch.fx.GraphModule) -> None:
     """``cumsum(mask, 0)[-1]`` as ``sum(mask, 0)`` where nothing else reads the cumsum: the same
-    integers (a mask, or any integer tensor: no rounding), without writing every partial sum."""
+    integers (a mask, or any integer tensor: no rounding), without writing every partial sum. A
+    bool mask of fewer than 2**24 rows is summed in float32, exact there (every partial sum is an
+    integer below 2**24), then cast: ONNX Runtime casts 1.3 M bools and sums them in 6.8 ms as
+    float32, 26.5 ms as int64 (RetinaNet's first level at batch 8, two threads)."""
     for upto in [n for n in gm.graph.nodes if is_op(n, "aten.cumsum.default")]:
         source, dim = upto.args[0].meta["val"], upto.args[1] if len(upto.args) > 1 else upto.kwargs["dim"]
         if source.is_floating_point() or source.is_complex() or dim % max(source.dim(), 1) != 0:
@@ -141,8 +144,13 @@ def _sums_for_counts(gm: torch.fx.GraphModule) -> None:
         if not all(is_op(u, "aten.select.int") and u.args[1:] in ((0, -1), (-source.dim(), -1)) for u in upto.users):
             continue
         dtype = upto.meta["val"].dtype
+        exact = source.dtype == torch.bool and isinstance(source.shape[0], int) and source.shape[0] < 2**24
         for count in list(upto.users):
             with gm.graph.inserting_before(count):
-                total = gm.graph.call_function(aten.sum.dim_IntList, (upto.args[0], [0]), {"dtype": dtype})
+                total = gm.graph.call_function(aten.sum.dim_IntList, (upto.args[0], [0]),
+                                               {"dtype": torch.float32 if exact else dtype})
+                if exact:
+                    fill_meta([total])
+                    total = gm.graph.call_function(aten._to_copy.default, (total,), {"dtype": dtype})
             _swap(count, total)
         gm.graph.erase_node(upto)

@@ -88,6 +88,8 @@ def test_the_partition_is_gone_and_eager_rows_stay() -> None:
     assert before["aten.scatter.src"] == 1 and before["aten.cumsum.default"] == 1
     assert "aten.scatter.src" not in after and "aten.cumsum.default" not in after
     assert "aten.index_select.default" not in after and after["aten.topk.default"] == 1
+    sums = [n for n in gm.graph.nodes if n.target is torch.ops.aten.sum.dim_IntList]
+    assert [n.kwargs["dtype"] for n in sums] == [torch.float32]  # a bool mask's count, exact below 2**24 rows
     counts = assert_matches_eager(model, gm, _inputs, seeds=6)
     assert 0 in counts and max(counts) == 20 and any(0 < c < 20 for c in counts), counts
 
