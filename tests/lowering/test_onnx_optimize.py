@@ -25,7 +25,7 @@ class Mixed(torch.nn.Module):
 def test_a_graph_above_the_limit_keeps_its_values(target: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     require_target(target)
     monkeypatch.setattr(onnx_optimize, "REWRITE_NODE_LIMIT", 0)  # this test only: every graph is "large"
-    model = Mixed()
+    model = Mixed().eval()  # torch.onnx.export warns of a module in training mode
     x, n = torch.randn(4, 6), torch.arange(4 * 6).reshape(4, 6) % 5
     deployed = fxdeploy.lower(model, (x, n), target=target, dynamic_shapes={"x": {0: ("batch", 1, 8)},
                                                                              "n": {0: ("batch", 1, 8)}})
