@@ -11,11 +11,9 @@ from __future__ import annotations
 import operator
 
 import torch
-from torch._dispatch.python import enable_python_dispatcher
-from torch._guards import detect_fake_mode
 
 from fxdeploy.ops.names import BATCHED_NMS, NMS, TORCHVISION_NMS, is_nms
-from fxdeploy.passes.graph_utils import call_site, is_op, size_symbols
+from fxdeploy.passes.graph_utils import call_site, fill_meta, is_op, size_symbols
 from fxdeploy.passes.padding.rows import PaddedRows
 from fxdeploy.passes.padding.rule import CompactionError, Rule, replace_node
 
@@ -66,7 +64,7 @@ def _replace(gm: torch.fx.GraphModule, nms: Node, rows: PaddedRows) -> None:
     rows.add(nms.meta["val"].shape[0].node.expr, bound, count, call_site(nms))
     fixed = not size_symbols(keep.meta["val"].shape[0])
     if fixed:  # torch 2.11 fixes keep[:k]'s size at the example's where len() reads it
-        keep.meta["val"] = _sliced(nms.meta["val"], top_k)
+        fill_meta([keep], fresh_sizes=True)  # keep[:k] again: a size of the kept indices' own
     kept = keep.meta["val"].shape[0]
     if rows.size(kept) is None and size_symbols(kept):  # torch 2.11 names keep[:k]'s size anew (u6 <= u5)
         rows.add(kept.node.expr, top_k, count, call_site(nms))
@@ -75,13 +73,6 @@ def _replace(gm: torch.fx.GraphModule, nms: Node, rows: PaddedRows) -> None:
         rows.restored.add(index)  # what reads it is computed again from its data-dependent size
     if keep is not nms:
         gm.graph.erase_node(nms)
-
-
-def _sliced(value: torch.Tensor, k: int) -> torch.Tensor:
-    """``value[:k]`` in the capture's fake mode: a size of the kept indices' own."""
-    mode = detect_fake_mode([value])
-    with mode, enable_python_dispatcher(), mode.shape_env.ignore_fresh_unbacked_symbols():
-        return aten.slice.Tensor(value, 0, 0, k)  # torch 2.11 names it anew; no op in the graph binds it
 
 
 def head_slice(node: Node) -> int | None:
