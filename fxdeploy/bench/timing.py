@@ -83,7 +83,8 @@ def measure_interleaved(
     on_step: Callable[[str], None] | None = None,
     round_ends: dict[str, list[int]] | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
-    """Warm up each callable, then measure all of them in ``budget.rounds`` rotating rounds.
+    """Warm up each callable, then measure all of them in ``budget.rounds`` rotating rounds; each
+    takes over from another with one untimed call.
 
     Returns (samples in ms per name, failure reason per name). A callable that raises is
     dropped from later rounds and reported, so one broken contender does not stop the others.
@@ -100,13 +101,18 @@ def measure_interleaved(
     per_round_runs = math.ceil(budget.min_runs / budget.rounds)
     names = list(fns)
     order = random.Random(0)
+    previous = names[-1] if names else None  # the last one warmed up
     for index in range(budget.rounds):
-        # a fresh order each round: a rotation would keep each contender behind the same neighbour,
-        # whose thread pool may still be spinning (OpenMP, ORT) when the next one starts
+        # a fresh order each round: a rotation would keep each contender behind the same neighbour
         for name in order.sample(names, len(names)):
             if name in failures:
                 continue
             fn = fns[name]
+            if name != previous:
+                # untimed: the first call after a switch shares the cores with the previous engine's
+                # still-spinning thread pool (OpenMP, ORT) and finds the caches holding its data
+                _guarded(name, failures, fn)
+            previous = name
             _guarded(name, failures, lambda fn=fn, name=name: run_until(fn, per_round_s, per_round_runs, samples[name]))
             if round_ends is not None and name not in failures:
                 round_ends.setdefault(name, []).append(len(samples[name]))
