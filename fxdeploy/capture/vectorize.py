@@ -29,9 +29,9 @@ from torch.fx.node import Argument, Target
 
 from fxdeploy.capture import batch_rules as rules
 from fxdeploy.capture import flat_io, vmap_views
-from fxdeploy.passes import slice_scatter_as_cat
 from fxdeploy.passes.graph_utils import call_site
 from fxdeploy.passes.record import KEY
+from fxdeploy.passes.scatters_as_slices import slice_scatters_as_cats
 
 aten = torch.ops.aten
 
@@ -128,7 +128,7 @@ def vectorize(
             _drop_refused(program.graph_module)
             program = program.run_decompositions({})
             vmap_views.simplify(program.graph_module)
-            slice_scatter_as_cat.rewrite(program.graph_module)
+            slice_scatters_as_cats(program.graph_module)
     except Unbatchable as exc:
         raise Unbatchable(exc.reason) from None
     except Exception as exc:  # noqa: BLE001 - every failure keeps the per-image path, named

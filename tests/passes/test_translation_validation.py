@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from fxdeploy.capture.vmap_views import simplify
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.pipelines import ONNX
-from fxdeploy.passes.slice_scatter_as_cat import slice_scatter_as_cat
+from fxdeploy.passes.scatters_as_slices import slice_scatters_as_cats
 from fxdeploy.settings import Settings
 from tests.passes.translation_validation import FP16, REASSOCIATING, Outcome, validate
 from tests.passes.tv_grammar import DECISION_FREE, FAMILIES, programs
@@ -261,12 +261,16 @@ def _vmap_views(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     return PassResult(gm, simplify(gm) > 0)
 
 
-VECTORIZED_CLEANUP = (slice_scatter_as_cat, _vmap_views)
+def _slice_scatters(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
+    return PassResult(gm, slice_scatters_as_cats(gm))
+
+
+VECTORIZED_CLEANUP = (_slice_scatters, _vmap_views)
 """What fxdeploy.capture.vectorize runs on a vectorized program, here as passes on any program:
 their rules must hold wherever they fire, not only on vmap's graphs."""
 
 
-CLEANUP_FIRES = {"aliasing": {"slice_scatter_as_cat", "_vmap_views"}, "detection": {"slice_scatter_as_cat"}}
+CLEANUP_FIRES = {"aliasing": {"_slice_scatters", "_vmap_views"}, "detection": {"_slice_scatters"}}
 
 
 @pytest.mark.parametrize("family", sorted(CLEANUP_FIRES))
