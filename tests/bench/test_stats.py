@@ -59,7 +59,7 @@ def test_budget_minimum_runs_are_respected() -> None:
 
 def test_the_first_call_after_a_switch_is_not_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     """The call that takes over from another contender pays for the other's spinning threads and
-    cold caches (about a fifth more on an ONNX Runtime session, measured); it is not timed."""
+    cold caches (1.2-1.4x on ONNX Runtime sessions: benchmarks/switch_cost.py); it is not timed."""
 
     class Clock:
         ns = 0
