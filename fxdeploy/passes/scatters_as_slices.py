@@ -90,7 +90,10 @@ def rewrite(gm: torch.fx.GraphModule, targets: tuple[Any, ...]) -> bool:
         before = set(gm.graph.nodes)
         with gm.graph.inserting_before(node):
             value = _copied(gm.graph, node) if span is None else _joined(gm.graph, node, span)
-        fill_meta([n for n in gm.graph.nodes if n not in before])
+        inserted = [n for n in gm.graph.nodes if n not in before]
+        for new in inserted:  # the write's stack trace and module path, so an error names its line
+            new.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+        fill_meta(inserted)
         node.replace_all_uses_with(value)
         gm.graph.erase_node(node)
         rewritten.append(value)

@@ -45,8 +45,12 @@ def test_each_slice_scatter_becomes_a_cat_of_the_same_values(case: str) -> None:
     x = torch.randn(shape)
     gm = _exported(fn, (x,))
     assert any(n.target is aten.slice_scatter.default for n in gm.graph.nodes), "the case has no slice_scatter"
+    traces = {n.meta.get("stack_trace") for n in gm.graph.nodes if n.target is aten.slice_scatter.default}
+    before = set(gm.graph.nodes)
     assert slice_scatters_as_cats(gm)
     assert not any(n.target is aten.slice_scatter.default for n in gm.graph.nodes)
+    new = [n for n in gm.graph.nodes if n not in before and n.op == "call_function"]
+    assert {n.meta.get("stack_trace") for n in new} <= traces, "a new node lost the line of the write it spells"
     for _ in range(3):
         x = torch.randn(shape)
         torch.testing.assert_close(gm(x)[0], fn(x), rtol=0, atol=0)
