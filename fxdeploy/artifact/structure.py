@@ -45,7 +45,7 @@ def describe(spec: pytree.TreeSpec) -> dict[str, Any]:
     if spec.is_leaf():
         return {"kind": "leaf"}
     children = [describe(c) for c in spec.children()]
-    if spec.type is tuple or (isinstance(spec.type, type) and issubclass(spec.type, tuple)):
+    if spec.type is tuple or (isinstance(spec.type, type) and issubclass(spec.type, tuple)) or _is_namedtuple(spec):
         return {"kind": "tuple", "children": children}
     if spec.type is list:
         return {"kind": "list", "children": children}
@@ -53,6 +53,11 @@ def describe(spec: pytree.TreeSpec) -> dict[str, Any]:
     if keys is not None:
         return {"kind": "dict", "keys": keys, "children": children}
     return {"kind": "list", "children": children}
+
+
+def _is_namedtuple(spec: pytree.TreeSpec) -> bool:
+    """torch's pytree files every namedtuple under ``collections.namedtuple``, its class the context."""
+    return isinstance(spec.context, type) and pytree.is_namedtuple_class(spec.context)
 
 
 def render(description: dict[str, Any]) -> str:
@@ -151,10 +156,10 @@ def join_images(results: Sequence[Any], plan: dict[str, Any]) -> Any:
         return first
     if kind == "concat":
         joined = [item for result in results for item in result]
-        return type(first)(joined) if isinstance(first, tuple) else joined
+        return tuple(joined) if isinstance(first, tuple) else joined
     if isinstance(first, Mapping):
         keys = list(first)
         pairs = zip(keys, plan["items"], strict=True)
         return type(first)((k, join_images([r[k] for r in results], p)) for k, p in pairs)
     items = [join_images([r[i] for r in results], p) for i, p in enumerate(plan["items"])]
-    return type(first)(items)
+    return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Any
 
 import pytest
@@ -33,3 +34,16 @@ def test_a_flat_tuple_is_rebuilt_fresh_each_call() -> None:
     assert built(leaves) == (1, 2)
     result = built([3, 4])
     assert result == (3, 4) and built(leaves) == (1, 2)
+
+
+Pair = namedtuple("Pair", "boxes counts")
+
+
+def test_a_namedtuple_is_stored_as_a_tuple() -> None:
+    """A loaded artifact constructs no type named in a file: a namedtuple comes back a tuple, not a list."""
+    tree = Pair(1, [2, 3])
+    leaves, spec = pytree.tree_flatten(tree)
+    description = structure.describe(spec)
+    assert description["kind"] == "tuple"
+    got = structure.builder(description)(leaves)
+    assert type(got) is tuple and got == (1, [2, 3])

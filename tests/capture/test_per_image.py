@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import pytest
 import torch
 from torch._subclasses import FakeTensor
@@ -20,6 +22,17 @@ class LoopsOverImages(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         feats = x.relu() * 2
         return [image.flatten(1).amax(1) for image in feats], feats
+
+
+Scored = namedtuple("Scored", "probs totals")
+
+
+class LoopReturnsANamedtuple(torch.nn.Module):
+    """A per-image loop whose results come back in a namedtuple: a batched tensor and a list."""
+
+    def forward(self, x: torch.Tensor) -> Scored:
+        probs = [image.softmax(-1) * image.mean() for image in x]
+        return Scored(torch.stack(probs), [p.sum() for p in probs])
 
 
 class Cached(torch.nn.Module):
@@ -89,6 +102,23 @@ def test_per_image_artifact_matches_eager_at_every_batch(tmp_path) -> None:
             torch.testing.assert_close(got, want)
     with pytest.raises(fxdeploy.InputError, match="batch"):
         deployed(torch.rand(7, 2, 4, 4))
+
+
+def test_a_per_image_namedtuple_joins_into_the_models_type(tmp_path) -> None:
+    model = LoopReturnsANamedtuple()
+    deployed = fxdeploy.lower(model, (torch.rand(2, 3, 4),), target="onnxruntime",
+                              dynamic_shapes={"x": {0: ("batch", 1, 6)}})
+    deployed.save(tmp_path / "a")
+    loaded = fxdeploy.load(tmp_path / "a")
+    for batch in (1, 3):
+        x = torch.rand(batch, 3, 4)
+        want = model(x)
+        got = deployed(x)
+        assert type(got) is Scored and len(got.totals) == batch
+        torch.testing.assert_close(tuple(got), tuple(want))
+        from_file = loaded(x)  # a file names no type to build: the namedtuple comes back a tuple
+        assert type(from_file) is tuple
+        torch.testing.assert_close(from_file, tuple(want))
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino"])

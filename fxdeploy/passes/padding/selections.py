@@ -103,11 +103,11 @@ def select(node: Node, source: Node | None, mask: Node, rows: PaddedRows) -> tup
     if source is None:
         return order, order
     call = rows.graph.call_function
+    trailing = source.meta["val"].shape[len(sizes):]  # padding dim 0 (a new node, no meta yet) keeps them
     if not isinstance(mask.meta["val"].shape[0], int) and rows.rows(mask) is None:  # rows the input dims decide
         source = _padded(source, sizes[0], rows)
     if len(sizes) > 1:
-        trailing = [_static(s, node, rows) for s in source.meta["val"].shape[len(sizes):]]
-        source = call(aten.reshape.default, (source, [math.prod(sizes), *trailing]))
+        source = call(aten.reshape.default, (source, [math.prod(sizes), *[_static(s, node, rows) for s in trailing]]))
     return call(aten.index_select.default, (source, 0, order)), order
 
 

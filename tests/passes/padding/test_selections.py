@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import fxdeploy
 from fxdeploy.passes.padding.rows import PaddedRows
 from fxdeploy.passes.padding.selections import BOOL_INDEX, NONZERO, WHERE
 from tests.passes.padding.helpers import assert_matches_eager, captured, padded, rand
@@ -28,6 +29,13 @@ class WhereCond(torch.nn.Module):
 class MaskedSelect(torch.nn.Module):
     def forward(self, s: torch.Tensor) -> torch.Tensor:
         return torch.masked_select(s, s > 0.7)
+
+
+class SelectAll(torch.nn.Module):
+    """``x[x > t]`` of the whole input: a mask over every dim, the batch's included."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x > 0.5] * 2
 
 
 class FilterTwice(torch.nn.Module):
@@ -173,6 +181,21 @@ def test_no_row_selected() -> None:
     gm, _, _ = padded(model, rand(40, 3))
     x = rand(40, 3) * 0.4  # every score under 0.5
     assert assert_matches_eager(model, gm, lambda seed: (x,), seeds=1) == [0]
+
+
+@pytest.mark.parametrize(("model", "shape"), [(SelectAll(), (6,)), (GridRows(), (6, 3))], ids=["all", "rows"])
+def test_a_mask_over_a_dynamic_batch_and_more_dims(model: torch.nn.Module, shape: tuple[int, ...]) -> None:
+    """The mask's rows are the batch's (a dynamic dim, padded to its bound), and the selection
+    reshapes the dims after the mask's: the padded input's trailing dims are read before padding."""
+    batch_dim = {"x": {0: ("batch", 1, 5)}}
+    deployed = fxdeploy.lower(model, (rand(2, *shape),), target="onnxruntime", dynamic_shapes=batch_dim)
+    counts = []
+    for batch, seed in ((1, 1), (2, 2), (5, 3), (5, 4)):
+        x = rand(batch, *shape, seed=seed)
+        want = model(x)
+        torch.testing.assert_close(deployed(x), want)
+        counts.append(want.shape[0])
+    assert len(set(counts)) > 2
 
 
 @pytest.mark.parametrize(
