@@ -15,7 +15,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy.artifact import dims, guards, structure
 from fxdeploy.capture import Captured, eval_mode, fixes, substitution
 from fxdeploy.deployed import Deployed
-from fxdeploy.errors import InferenceError, LoweringError, first_line, user_stacklevel
+from fxdeploy.errors import FxDeployError, InferenceError, LoweringError, first_line, user_stacklevel
 from fxdeploy.parity import rows, verify
 from fxdeploy.settings import Settings
 from fxdeploy.stages import stage
@@ -96,8 +96,17 @@ def _eager_call(
 
     def eager_fn(inputs: list[torch.Tensor]) -> Any:
         args, kwargs = pytree.tree_unflatten([x.clone() for x in inputs], captured.in_spec)
-        with eval_mode(model), substitution.on_instances(model, subs):
-            return model(*args, **kwargs)
+        try:
+            with eval_mode(model), substitution.on_instances(model, subs):
+                return model(*args, **kwargs)
+        except FxDeployError:
+            raise
+        except Exception as exc:
+            raise LoweringError(
+                f"lower()'s check ran the model itself on inputs of shapes {[list(x.shape) for x in inputs]} (made "
+                f"from the example's values) and the model raised {first_line(exc)}. The check runs it at the "
+                "example and at each dynamic dim's min, opt and max: narrow the dims to the sizes the model runs at"
+            ) from exc
 
     return eager_fn
 

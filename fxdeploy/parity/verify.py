@@ -62,14 +62,17 @@ def resized(
 
 
 def _like(example: torch.Tensor, dims: list[int], generator: torch.Generator) -> torch.Tensor:
+    """Floats anywhere in the example's range; integers drawn from the example's own values, as
+    an integer input is often a set (a divisor that is never 0, class ids, token ids), not a range."""
     if example.dtype == torch.bool:
         return torch.randint(0, 2, dims, generator=generator).bool()
+    if not example.dtype.is_floating_point:
+        flat = example.flatten() if example.numel() else torch.tensor([0, 1], dtype=example.dtype)
+        return flat[torch.randint(0, flat.numel(), (math.prod(dims),), generator=generator)].reshape(dims)
     low, high = (example.min().item(), example.max().item()) if example.numel() else (0, 1)
-    if example.dtype.is_floating_point:
-        if high <= low:
-            return torch.full(dims, low, dtype=example.dtype)
-        return (torch.rand(dims, generator=generator) * (high - low) + low).to(example.dtype)
-    return torch.randint(int(low), int(high) + 1, dims, generator=generator).to(example.dtype)
+    if high <= low:
+        return torch.full(dims, low, dtype=example.dtype)
+    return (torch.rand(dims, generator=generator) * (high - low) + low).to(example.dtype)
 
 
 @dataclass(frozen=True)

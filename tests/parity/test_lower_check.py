@@ -53,6 +53,44 @@ def test_dynamic_batch_and_hw_pass_min_opt_max_checks() -> None:
     assert out["small"].shape == (3, 8, 20, 10)
 
 
+class FloorDivides(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return a // b, torch.remainder(a, b)
+
+
+def test_integer_inputs_at_other_sizes_take_the_examples_values() -> None:
+    """The divisor's example has no 0 (its range, [-3, 4], has): the inputs made for the min,
+    opt and max checks draw integers from the example's values, so eager runs there too."""
+    a = torch.tensor([[7, -7, 7, -7, 0, 5, -5, 9]] * 2)
+    b = torch.tensor([[2, 2, -2, -2, 3, -3, 3, 4]] * 2)
+    batch = ("batch", 1, 8)
+    deployed = fxdeploy.lower(FloorDivides(), (a, b), target="onnxruntime", dynamic_shapes={"a": {0: batch},
+                                                                                            "b": {0: batch}})
+    checks = deployed.manifest["info"]["shape_checks"]
+    assert [c["label"] for c in checks] == ["example", "min", "opt", "max"] and checks[3]["shapes"][0] == [8, 8]
+    assert all(c["max_abs_error"] == 0 for c in checks)
+    x, y = a.repeat(3, 1)[:5], b.repeat(3, 1)[:5].flip(1)
+    torch.testing.assert_close(deployed(x, y), FloorDivides()(x, y))
+
+
+class ChecksItsBatchEagerly(torch.nn.Module):
+    """Validates its input in eager only, as models do to guard a service: capture skips it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling() and x.shape[0] > 4:
+            raise ValueError(f"at most 4 images, got {x.shape[0]}")
+        return x * 2
+
+
+def test_a_model_that_raises_at_a_checked_size_is_named_with_the_shapes() -> None:
+    with pytest.raises(fxdeploy.LoweringError) as caught:
+        fxdeploy.lower(ChecksItsBatchEagerly(), (torch.rand(2, 3),), target="onnxruntime",
+                       dynamic_shapes={"x": {0: ("batch", 1, 8)}})
+    message = str(caught.value)
+    assert "the model raised ValueError: at most 4 images, got 8" in message
+    assert "[[8, 3]]" in message and "narrow the dims" in message
+
+
 class BakedBatch(torch.nn.Module):
     """Shape-specialized: reshapes with the example's batch size baked in."""
 
