@@ -1,0 +1,60 @@
+"""``x << n`` and ``x >> n`` of unsigned integers as ONNX's ``BitShift``, which is defined on them.
+
+torch.onnx's own translation (onnxscript's torch_lib) goes through the unsigned type and casts
+every result to the *signed* type of the same width, unsigned inputs included: a uint8 ``200 >> 2``
+came back as an int8, and a following ``| 1`` became an int8/uint8 ``BitwiseOr`` that ONNX Runtime
+refuses to load. Signed integers keep torch_lib's translation (an arithmetic right shift written
+with the unsigned type's logical one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnxscript import ir
+from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.ops import core
+
+from fxdeploy.lowering.onnx_translations._common import const
+
+UNSIGNED = {ir.DataType.UINT8: np.uint8, ir.DataType.UINT16: np.uint16, ir.DataType.UINT32: np.uint32,
+            ir.DataType.UINT64: np.uint64}
+NARROW = {ir.DataType.UINT8: 0xFF, ir.DataType.UINT16: 0xFFFF}
+
+
+def left_shift(x: Any, other: Any) -> Any:
+    """``aten.__lshift__`` and ``aten.bitwise_left_shift``, by a tensor or a Python int. A uint8 or
+    uint16 shifts in uint32 and keeps its own low bits: OpenVINO saturates the narrow BitShift
+    (a uint8 ``200 << 1`` gave 255, where torch wraps to 144)."""
+    if x.dtype in NARROW:
+        wide = op.BitShift(op.Cast(x, to=ir.DataType.UINT32), _amount(x, other, ir.DataType.UINT32), direction="LEFT")
+        return op.Cast(op.BitwiseAnd(wide, const(NARROW[x.dtype], np.uint32)), to=x.dtype)
+    if x.dtype in UNSIGNED:
+        return op.BitShift(x, _amount(x, other), direction="LEFT")
+    if isinstance(other, int):
+        return core.aten_bitwise_left_shift_tensor_scalar(x, other)
+    return core.aten_bitwise_left_shift(x, other)
+
+
+def right_shift(x: Any, other: Any) -> Any:
+    """``aten.__rshift__`` and ``aten.bitwise_right_shift``, by a tensor or a Python int. A uint8 or
+    uint16 shifts in uint32: OpenVINO's uint8 BitShift at a dynamic shape rounds (``255 >> 2`` gave
+    64, ``3 >> 2`` gave 1; exact at a static shape, and in uint16, uint32 and uint64)."""
+    if x.dtype in NARROW:
+        wide = op.BitShift(op.Cast(x, to=ir.DataType.UINT32), _amount(x, other, ir.DataType.UINT32), direction="RIGHT")
+        return op.Cast(wide, to=x.dtype)
+    if x.dtype in UNSIGNED:
+        return op.BitShift(x, _amount(x, other), direction="RIGHT")
+    if isinstance(other, int):
+        return core.aten_bitwise_right_shift_tensor_scalar(x, other)
+    return core.aten_bitwise_right_shift(x, other)
+
+
+def _amount(x: Any, other: Any, dtype: ir.DataType | None = None) -> Any:
+    """The shift amount in ``dtype`` (``x``'s by default), as BitShift requires (torch allows
+    another integer type)."""
+    dtype = dtype or x.dtype
+    if isinstance(other, int):
+        return const(other, UNSIGNED[dtype])
+    return other if other.dtype == dtype else op.Cast(other, to=dtype)
