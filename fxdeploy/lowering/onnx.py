@@ -22,6 +22,7 @@ _QUIET_LOGGERS = (
     "torch.onnx._internal.exporter._registration",  # "torchvision is not installed. Skipping ..."
     "onnxscript.optimizer._constant_folding",  # "Skipping constant folding for op Split ..."
     "torch.onnx._internal.exporter._core",  # "Tensor ... is not one of the initializers" (a tensor attribute)
+    "onnx_ir._convenience",  # "Attribute type is ambiguous because it is an empty sequence" (index_put's)
 )
 
 

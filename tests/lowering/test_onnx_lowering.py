@@ -3,6 +3,7 @@ side file past a size, and such an artifact round-trips and is hash-checked like
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,21 @@ def test_external_data_outside_the_artifact_is_refused(tmp_path: Path, location:
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(fxdeploy.ArtifactError, match=rf"reads its data from '{location}', which is not a file"):
         fxdeploy.load(path)
+
+
+class AccumulateRows(torch.nn.Module):
+    """``index_put_(accumulate=True)``: torch.onnx writes a ScatterND whose empty attribute list
+    onnx_ir logs about ("Attribute type is ambiguous ...") on every lowering."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(x.shape[0]).unsqueeze(1).expand(-1, 6)
+        columns = torch.tensor([0, 2, 2, 3, 0, 0]).expand(x.shape[0], -1)
+        return torch.zeros(x.shape[0], 4).index_put_((rows, columns), x, accumulate=True)
+
+
+def test_the_exporters_notes_stay_off_the_console(caplog: pytest.LogCaptureFixture) -> None:
+    x = torch.rand(2, 6)
+    with caplog.at_level(logging.WARNING):  # what logging prints with no handler configured
+        deployed = fxdeploy.lower(AccumulateRows(), (x,), target="onnxruntime")
+    torch.testing.assert_close(deployed(x), AccumulateRows()(x))
+    assert [r.getMessage() for r in caplog.records if not r.name.startswith("fxdeploy")] == []
