@@ -68,10 +68,10 @@ def convert(
             "device=cpu",
             f"fp16={int(fp16)}", f"ncnnparam={work / PARAM}", f"ncnnbin={work / BIN}",
         ]
-        result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600)
+        result = _run_pnnx(command, work)
         if result.returncode < 0:  # killed by a signal: pnnx has crashed (SIGSEGV) once in a few hundred runs
             logger.info("pnnx died of signal %d; running it once more", -result.returncode)
-            result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600)
+            result = _run_pnnx(command, work)
         if result.returncode != 0 or not (work / PARAM).is_file() or not (work / BIN).is_file():
             log = (result.stdout + result.stderr).strip().splitlines()[-15:]
             custom = _non_aten_ops(traced)
@@ -94,6 +94,22 @@ def convert(
             shutil.move(str(work / made), str(out_dir / name))
         own = work / "model.pnnx.param"
         return own.read_text() if own.is_file() else ""
+
+
+PNNX_TIMEOUT_S = 600
+"""How long one pnnx run may take before it counts as hung and is stopped."""
+
+
+def _run_pnnx(command: list[str], work: Path) -> subprocess.CompletedProcess[str]:
+    """pnnx's run; a hang (subprocess kills it at the timeout) is a LoweringError saying so."""
+    try:
+        return subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=PNNX_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise LoweringError(
+            f"ncnn: pnnx did not finish converting the traced graph in {PNNX_TIMEOUT_S} s and was stopped: it hangs "
+            "on some graphs (a cat with an empty input did before fxdeploy removed those). Choose another target "
+            "(fxdeploy check-env lists them), and report the model"
+        ) from exc
 
 
 def _non_aten_ops(traced: torch.jit.ScriptModule) -> list[str]:

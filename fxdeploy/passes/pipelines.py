@@ -10,6 +10,7 @@ from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
 from fxdeploy.passes.ncnn.constant_lookups import constant_lookups
 from fxdeploy.passes.ncnn.einsum_products import einsum_products
+from fxdeploy.passes.ncnn.empty_cat_inputs import empty_cat_inputs
 from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
 from fxdeploy.passes.ncnn.fold_constants import fold_constants
 from fxdeploy.passes.ncnn.functional_spellings import functional_spellings
@@ -88,13 +89,14 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # scatters_as_slices (the functional writes) before it: a buffer written into goes as a whole,
 # rather than as constants of each of its views; padded_copies first: a write into a fill buffer
 # is a pad, where scatters_as_slices would cat constant slices of the buffer.
-# functional_spellings first: the passes after it match reshapes and clamps by their public ops;
+# empty_cat_inputs first: pnnx hangs on a cat with an empty input (a cat of nothing else is left alone).
+# functional_spellings next: the passes after it match reshapes and clamps by their public ops;
 # einsum_products and integer_powers beside it (spellings too).
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, functional_spellings, einsum_products, integer_powers, whole_input_pool, pad_compactions,
-    tensorize_outputs, padded_copies, scatters_as_slices, identity_indexing, fold_constants, constant_lookups,
-    vacuous_masks, input_attention_masks, float_attention_mask, comparisons_as_arithmetic, strided_slices,
-    unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
+    *CLEANUP, empty_cat_inputs, functional_spellings, einsum_products, integer_powers, whole_input_pool,
+    pad_compactions, tensorize_outputs, padded_copies, scatters_as_slices, identity_indexing, fold_constants,
+    constant_lookups, vacuous_masks, input_attention_masks, float_attention_mask, comparisons_as_arithmetic,
+    strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

@@ -27,3 +27,14 @@ def test_a_float64_input_is_refused_naming_the_input_the_op_and_the_fix() -> Non
     assert "'x'" in message and "torch.float64" in message and "mul" in message
     assert f'{__file__}", line {line}' in message
     assert "onnxruntime or openvino" in message and "stage" not in message.split("(")[0]
+
+
+def test_a_pnnx_run_past_its_timeout_is_stopped_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung pnnx (it hung on a cat with an empty input) is stopped at the timeout, with a LoweringError."""
+    require_target("ncnn")
+    from fxdeploy.lowering import ncnn_convert
+
+    monkeypatch.setattr(ncnn_convert, "PNNX_TIMEOUT_S", 0.01)  # no pnnx run is this quick
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    with pytest.raises(fxdeploy.LoweringError, match="pnnx did not finish converting the traced graph in 0.01 s"):
+        fxdeploy.lower(model, (torch.rand(1, 3, 16, 16),), target="ncnn")
