@@ -16,7 +16,7 @@ from fxdeploy.artifact import dims, guards, structure
 from fxdeploy.capture import Captured, eval_mode, fixes, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import FxDeployError, InferenceError, LoweringError, first_line, user_stacklevel
-from fxdeploy.parity import rows, verify
+from fxdeploy.parity import closeness, rows, verify
 from fxdeploy.settings import Settings
 from fxdeploy.stages import stage
 
@@ -32,7 +32,7 @@ def check_artifact(
         example = captured.batch_inputs if captured.per_image is not None else captured.example_inputs
         with stage("check against the model without substitutions", deployed.target):
             excused = verify.against_original(deployed, model, example, captured.in_spec, captured.substitutions,
-                                              verify.tolerance(settings))
+                                              closeness.tolerance(settings))
         deployed.manifest["info"]["original_check"] = {"shapes": [list(x.shape) for x in example], "excused": excused}
     if captured.per_image is not None:
         return _verify_per_image(deployed, captured, model, subs, settings, leaves)
@@ -58,7 +58,7 @@ def check_artifact(
     def run_checks() -> list[dict[str, Any]]:
         return verify.run_checks(
             deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
-            deployed_fn, eager_fn, verify.tolerance(settings), flags, settings.precision, example_want,
+            deployed_fn, eager_fn, closeness.tolerance(settings), flags, settings.precision, example_want,
             captured.input_names, captured.guards,
         )
 
@@ -144,10 +144,21 @@ def _verify_per_image(
             # per-image leaves repeat once per image in a list over the images
             tiled = rows.specs(visible, inputs[0].shape[0]) if info["join"]["kind"] == "concat" else None
             got = deployed.call_flat(inputs, unpack=False)
-            checked = verify.compare(label, inputs, got, want, verify.tolerance(settings), deployed.target, tiled,
-                                     settings.precision)
+            try:
+                checked = verify.compare(label, inputs, got, want, closeness.tolerance(settings), deployed.target,
+                                         tiled, settings.precision)
+            except LoweringError as exc:
+                raise LoweringError(f"{exc}\n  {_PER_IMAGE_HINT}") from exc
         checks.append(verify.entry(label, inputs, checked))
     return checks
+
+
+_PER_IMAGE_HINT = (
+    "The model loops over its batch, so lower() captured it for one image and runs that graph on every image "
+    "(manifest: per_image). If the loop's images are not independent (it reads the image's index, or carries a "
+    "value from one image to the next), that graph computes something else: lower with a static batch (no dynamic "
+    "dim 0), or write that loop as tensor ops over the batch"
+)
 
 
 def _breaks_guard(label: str, inputs: list[torch.Tensor], captured: Captured) -> dict[str, Any] | None:

@@ -35,6 +35,13 @@ class LoopReturnsANamedtuple(torch.nn.Module):
         return Scored(torch.stack(probs), [p.sum() for p in probs])
 
 
+class ScalesByIndex(torch.nn.Module):
+    """A loop over the batch whose images are not independent: it reads each image's index."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([x[i] * (i + 1) for i in range(x.shape[0])])
+
+
 class Cached(torch.nn.Module):
     """Caches a tensor computed in forward, as Ultralytics' Detect head does with its anchors."""
 
@@ -119,6 +126,14 @@ def test_a_per_image_namedtuple_joins_into_the_models_type(tmp_path) -> None:
         from_file = loaded(x)  # a file names no type to build: the namedtuple comes back a tuple
         assert type(from_file) is tuple
         torch.testing.assert_close(from_file, tuple(want))
+
+
+def test_a_loop_that_reads_the_images_index_is_refused_saying_why() -> None:
+    x = torch.rand(2, 4)
+    with pytest.raises(fxdeploy.LoweringError, match="reads the image's index") as caught:
+        fxdeploy.lower(ScalesByIndex(), (x,), target="onnxruntime", dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+    assert "lower with a static batch" in str(caught.value)
+    torch.testing.assert_close(fxdeploy.lower(ScalesByIndex(), (x,), target="onnxruntime")(x), ScalesByIndex()(x))
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino"])

@@ -23,7 +23,7 @@ from torch import nn
 
 import fxdeploy
 from fxdeploy.errors import CalibrationWarning, FxDeployError, LoweringError
-from fxdeploy.parity.verify import INT8_ATOL
+from fxdeploy.parity.closeness import INT8_ATOL
 from fxdeploy.quantize import onnxruntime as ort_quantize
 from tests.helpers import require_target
 

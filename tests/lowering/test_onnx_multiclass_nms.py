@@ -145,9 +145,13 @@ def test_translation_table() -> None:
     fxdeploy_ops = torch.ops.fxdeploy
     expected = {fxdeploy_ops.multiclass_nms.default, fxdeploy_ops.nms.default, fxdeploy_ops.batched_nms.default}
     softmax = {torch.ops.aten._softmax.default, torch.ops.aten.softmax.int}
+    aten = torch.ops.aten
+    shifts = {aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
+              aten.bitwise_left_shift.Tensor_Scalar, aten.__rshift__.Scalar, aten.__rshift__.Tensor,
+              aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar}
     for flavour in ("standard", "efficient_nms_trt"):
-        assert set(translation_table(flavour)) == expected | softmax
-    assert set(translation_table("openvino")) == expected | {torch.ops.aten.topk.default}
+        assert set(translation_table(flavour)) == expected | softmax | shifts
+    assert set(translation_table("openvino")) == expected | {aten.topk.default} | shifts
     known = r"\['standard', 'openvino', 'efficient_nms_trt'\]"
     with pytest.raises(ValueError, match=r"unknown flavour 'tensorrt'; known: " + known):
         translation_table("tensorrt")

@@ -115,7 +115,7 @@ def test_int8_pairs_most_detections_and_counts_the_rest() -> None:
 def test_int8_tensors_are_bounded_as_noise() -> None:
     """INT8 tensor leaves: noise over every element passes where one element at 11% of the range
     would fail fp32's rule; a systematic error (one class's logits off) or one element far off fails."""
-    from fxdeploy.parity.verify import INT8_ATOL, INT8_MAX_ERROR, INT8_RMS
+    from fxdeploy.parity.closeness import INT8_ATOL, INT8_MAX_ERROR, INT8_RMS
 
     generator = torch.Generator().manual_seed(0)
     want = torch.randn(64, 10, generator=generator) * 4
@@ -143,3 +143,19 @@ def test_a_half_output_is_compared_to_its_own_rounding() -> None:
     assert _compare(want + torch.tensor([0.0, step / 2, 0.0], dtype=torch.float16), want, False) > 1e-4
     with pytest.raises(LoweringError, match="differs from eager"):
         _compare(want + torch.tensor([0.0, 3 * step, 0.0], dtype=torch.float16), want, False)
+
+
+def test_an_integer_tensor_is_held_element_by_element() -> None:
+    """A wrapped small code (an int8 -56 computed without wrap-around: 127) beside a code of 5e6:
+    a tolerance scaled by the tensor's largest value (500) let it pass."""
+    want = torch.tensor([[-56, 29, 100], [5_000_000, 50_000, 0]], dtype=torch.int32)
+    wrapped = want.clone()
+    wrapped[0, 0] = 127
+    with pytest.raises(LoweringError, match="an integer element is 127 where eager's is -56"):
+        compare("example", [], wrapped, want, 1e-4, "openvino")
+    rounded = want.clone()
+    rounded[1, 0] += 1  # a float truncated to a large integer: its rounding's slack stays
+    assert compare("example", [], rounded, want, 1e-4, "openvino").max_abs_error == 1
+    floats = want.float()
+    floats[0, 0] = -55.5  # a float tensor keeps its tensor-wide scale
+    assert compare("example", [], floats, want.float(), 1e-4, "openvino").max_abs_error == 0.5
