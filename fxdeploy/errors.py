@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 
@@ -66,11 +67,23 @@ class UnverifiedWarning(UserWarning):
     """A loaded artifact was lowered with ``verify=False``: nothing compared it with its model."""
 
 
+_LOCATION = re.compile(r"(Exception from|Check '.*' failed at) \S+:\d+:?\.?")
+"""A line that only says where a C++ library raised (OpenVINO's ``Exception from src/...cpp:84:``)."""
+
+
 def first_line(exc: BaseException, limit: int = 400) -> str:
-    """``Type: first line of the message``, for errors that relay another library's exception."""
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {line}"[:limit]
+    """``Type: first line of the message``, for errors that relay another library's exception.
+    Lines that only name a C++ source location are passed over, and a line ending in ``:`` is a
+    heading, read on to the first line that says something (OpenVINO's reason comes several lines
+    down: ``... Unsupported padding mode: [wrap]``)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    said = [line for line in lines if not _LOCATION.fullmatch(line)] or lines[:1]
+    parts: list[str] = []
+    for line in said:
+        parts.append(line)
+        if not line.endswith(":"):
+            break
+    return f"{type(exc).__name__}: {' '.join(parts)}"[:limit]
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep

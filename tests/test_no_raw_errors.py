@@ -71,3 +71,19 @@ def test_a_pipeline_that_never_describes_its_outputs_is_told_how_to_end(monkeypa
     model, (x,) = models.convnet()
     with pytest.raises(fxdeploy.LoweringError, match="never described the outputs; end it with .*tensorize_outputs"):
         fxdeploy.lower(model, (x,), settings=fxdeploy.Settings(cache=fxdeploy.settings.CacheSettings(enabled=False)))
+
+
+def test_a_relayed_message_reads_past_cpp_locations_and_headings() -> None:
+    """OpenVINO's own reason comes lines below "Exception from src/inference/src/cpp/core.cpp:84:"."""
+    from fxdeploy.errors import first_line
+
+    openvino = RuntimeError(
+        "Exception from src/inference/src/cpp/core.cpp:84:\n"
+        "Check 'false' failed at src/frontends/common_translators/src/unconverted_ops_report.cpp:151:\n"
+        "FrontEnd API failed with OpConversionFailure:\n-- Pad-23 with a message:\n"
+        "Unsupported padding mode: [wrap]\n\nSummary:\n-- Conversion is failed for: Pad-23\n"
+    )
+    assert first_line(openvino) == ("RuntimeError: FrontEnd API failed with OpConversionFailure: -- Pad-23 with a "
+                                    "message: Unsupported padding mode: [wrap]")
+    assert first_line(ValueError("one line\nthe next")) == "ValueError: one line"
+    assert first_line(RuntimeError("Exception from src/a.cpp:3:")) == "RuntimeError: Exception from src/a.cpp:3:"

@@ -23,6 +23,7 @@ _QUIET_LOGGERS = (
     "onnxscript.optimizer._constant_folding",  # "Skipping constant folding for op Split ..."
     "torch.onnx._internal.exporter._core",  # "Tensor ... is not one of the initializers" (a tensor attribute)
     "onnx_ir._convenience",  # "Attribute type is ambiguous because it is an empty sequence" (index_put's)
+    "onnx_ir.passes.common.initializer_deduplication",  # "Skipped deduplication of initializer" (a constant output)
 )
 
 
