@@ -104,7 +104,8 @@ def _eager_call(
         except Exception as exc:
             raise LoweringError(
                 f"lower()'s check ran the model itself on inputs of shapes {[list(x.shape) for x in inputs]} (made "
-                f"from the example's values) and the model raised {first_line(exc)}. The check runs it at the "
+                f"from the example: floats in its range, integers among its values) and the model raised "
+                f"{first_line(exc)}. The check runs it at the "
                 "example and at each dynamic dim's min, opt and max: narrow the dims to the sizes the model runs at"
             ) from exc
 

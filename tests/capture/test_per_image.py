@@ -42,6 +42,20 @@ class ScalesByIndex(torch.nn.Module):
         return torch.stack([x[i] * (i + 1) for i in range(x.shape[0])])
 
 
+class DefaultRowWhenNoneKept(torch.nn.Module):
+    """Per image: the rows whose first column passes 0.5, or one row of -1 where none does."""
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        out = []
+        for image in x:
+            kept = image[image[:, 0] > 0.5]
+            if kept.shape[0] == 0:
+                out.append(torch.full((1, 4), -1.0))
+                continue
+            out.append(kept * 2)
+        return out
+
+
 class Cached(torch.nn.Module):
     """Caches a tensor computed in forward, as Ultralytics' Detect head does with its anchors."""
 
@@ -134,6 +148,20 @@ def test_a_loop_that_reads_the_images_index_is_refused_saying_why() -> None:
         fxdeploy.lower(ScalesByIndex(), (x,), target="onnxruntime", dynamic_shapes={"x": {0: ("batch", 1, 4)}})
     assert "lower with a static batch" in str(caught.value)
     torch.testing.assert_close(fxdeploy.lower(ScalesByIndex(), (x,), target="onnxruntime")(x), ScalesByIndex()(x))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap: a branch on a selection's size is taken as the example takes it, for every input. torch's runtime "
+    "assert on it (Ne(u0, 0)) is dropped, and keeping it would refuse Ultralytics' `if not x.shape[0]: continue` "
+    "on every image with no detection, where both sides agree"))
+def test_a_branch_the_example_decides_follows_eager_where_an_image_takes_the_other_side() -> None:
+    x = torch.rand(2, 5, 4)
+    x[:, :3, 0], x[:, 3:, 0] = 0.9, 0.1  # the example: every image keeps three rows
+    deployed = fxdeploy.lower(DefaultRowWhenNoneKept(), (x,), target="onnxruntime",
+                              dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+    y = x.clone()
+    y[1, :, 0] = 0.1  # image 1 keeps none: eager appends its -1 row
+    torch.testing.assert_close(deployed(y), DefaultRowWhenNoneKept()(y))
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
