@@ -51,7 +51,7 @@ def check_sizes(dims: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
 def resized(
     examples: list[torch.Tensor], shapes: list[list[int | str]], sizes: dict[str, int], seed: int
 ) -> list[torch.Tensor]:
-    """Random inputs at ``sizes`` whose values span the example's range (images stay images)."""
+    """Random inputs at ``sizes`` made from the example (``_like``: images stay images)."""
     if not sizes:
         return examples
     generator = torch.Generator().manual_seed(seed)
