@@ -219,7 +219,24 @@ CLIP_HEAD = Program(
 """OWL-ViT's scoring: queries divided by their norm, scored against patches by einsum; a square and a
 cube of a tensor written in place after them (the ncnn spellings: the norm, the products, matmul)."""
 
+EMPTY_CAT_INPUTS = Program(
+    body=(
+        "b = x0.shape[0]",
+        "y = torch.cat([x0[:, :0], x0 * 2], 1)",
+        "y[:, 0] += 1.0",
+        "rows = torch.zeros(b, 0, 5)",
+        "rows = torch.cat([rows, x0[:, :1]], 1)",
+        "rows = torch.cat([rows, x0[:, 1:2] + y[:, :1]], 1)",
+        "codes = torch.cat([torch.zeros(0), x0[0, 0].long()]) + 1",
+        "return (y, rows, codes)",
+    ),
+    inputs=(Input("x0", (2, 4, 5), dynamic=True),),
+)
+"""A cat's empty inputs (a slice of none, rows collected from ``zeros(b, 0, 5)``), a write into a
+cat's result, and an empty float input that makes an integer cat a float one (which must stay)."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
+    "empty_cat_inputs": (EMPTY_CAT_INPUTS, {"empty_cat_inputs"}),
     "clip_head": (CLIP_HEAD, {"functional_spellings", "einsum_products", "integer_powers"}),
     "eval_dropout_writes": (EVAL_DROPOUT_WRITES, set()),
     "yolo_xywh2xyxy": (YOLO_XYWH2XYXY, {"remove_noops"}),
