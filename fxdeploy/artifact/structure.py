@@ -162,4 +162,4 @@ def join_images(results: Sequence[Any], plan: dict[str, Any]) -> Any:
         pairs = zip(keys, plan["items"], strict=True)
         return type(first)((k, join_images([r[k] for r in results], p)) for k, p in pairs)
     items = [join_images([r[i] for r in results], p) for i, p in enumerate(plan["items"])]
-    return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
+    return type(first)(*items) if pytree.is_namedtuple_instance(first) else type(first)(items)
