@@ -202,8 +202,8 @@ def _try_one_image(
     start = (mode, getattr(exc, "real_values", False))
     try:
         return _capture_one_image(model, args, kwargs, subs, batch, batch_inputs, start, opts)
-    except per_image.JoinError:
-        raise  # it names the output that depends on the whole batch: clearer than the batch's error
+    except (per_image.JoinError, exporting.emptied.OtherSide):
+        raise  # it names the output (the branch) at fault: clearer than the batch's error
     except Exception as failed:  # noqa: BLE001 - the caller raises the whole batch's error instead
         if isinstance(failed, CaptureError) and isinstance(exc.__cause__, BatchFixed):
             raise  # the batch's trace stopped at its loop; this one went further: its error says more

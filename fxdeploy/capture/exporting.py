@@ -21,7 +21,7 @@ import torch._functorch.config
 from torch._guards import detect_fake_mode
 from torch.utils import _pytree as pytree
 
-from fxdeploy.capture import branches, substitution
+from fxdeploy.capture import branches, emptied, substitution
 from fxdeploy.capture.batch_watch import stopping_when_fixed
 from fxdeploy.capture.errors import explain
 from fxdeploy.capture.real_values import offsets_unguarded
@@ -57,6 +57,8 @@ def export(
             if not watch.hits:
                 return ep, "non_strict", applied
             logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
+        except emptied.OtherSide:
+            raise  # it names the line; strict mode would decide the branch the same way
         except Exception as exc:  # noqa: BLE001 - re-raised with an explanation, or retried strict
             hit = watch is not None and bool(watch.hits)  # in "auto", the first hit stops the trace
             fixed_dim = "Constraints violated" in str(exc) and not hit  # strict fixes no dim
@@ -71,6 +73,8 @@ def export(
     try:
         with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns:
             ep = _decided_by_example(model, args, kwargs, shapes, strict=True, real_values=real_values)
+    except emptied.OtherSide:
+        raise
     except Exception as exc:  # noqa: BLE001
         error = CaptureError(explain(exc, model, subs))
         error.strict, error.real_values = True, real_values or getattr(exc, "real_values", False)
@@ -126,6 +130,8 @@ def _decided_by_example(
     mode = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
     if mode is not None:  # a later trace of the program (functionalization) runs in its fake mode: shapes only
         mode.propagate_real_tensors = False
+    with module_state(model):
+        emptied.check(ep, model, args, kwargs)
     return ep
 
 

@@ -71,6 +71,11 @@ def section_frames(text: str) -> list[Frame]:
     return frames
 
 
+def text_frames(text: str) -> list[Frame]:
+    """The frames of a formatted stack (a node's ``stack_trace``), outermost first."""
+    return [Frame(m["file"], int(m["line"]), m["func"]) for line in text.splitlines() if (m := _FRAME.match(line))]
+
+
 def traceback_frames(chain: list[BaseException]) -> list[Frame]:
     """The frames Python ran (non-strict capture runs the model's code), outermost first."""
     for exc in chain:

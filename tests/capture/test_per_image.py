@@ -150,18 +150,52 @@ def test_a_loop_that_reads_the_images_index_is_refused_saying_why() -> None:
     torch.testing.assert_close(fxdeploy.lower(ScalesByIndex(), (x,), target="onnxruntime")(x), ScalesByIndex()(x))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: a branch on a selection's size is taken as the example takes it, for every input. torch's runtime "
-    "assert on it (Ne(u0, 0)) is dropped, and keeping it would refuse Ultralytics' `if not x.shape[0]: continue` "
-    "on every image with no detection, where both sides agree"))
-def test_a_branch_the_example_decides_follows_eager_where_an_image_takes_the_other_side() -> None:
+def test_a_branch_whose_other_side_differs_where_the_selection_keeps_none_is_refused_naming_its_line() -> None:
+    """The example keeps three rows per image, so torch records ``Ne(u0, 0)`` and the graph holds
+    only that side; an image that keeps none gets a -1 row eagerly. Once this lowered silently and
+    returned no row for such an image."""
     x = torch.rand(2, 5, 4)
-    x[:, :3, 0], x[:, 3:, 0] = 0.9, 0.1  # the example: every image keeps three rows
-    deployed = fxdeploy.lower(DefaultRowWhenNoneKept(), (x,), target="onnxruntime",
+    x[:, :3, 0], x[:, 3:, 0] = 0.9, 0.1
+    line = r"test_per_image.py:\d+ \(`kept = image\[image\[:, 0\] > 0.5\]`\)"
+    with pytest.raises(CaptureError, match=line) as caught:
+        fxdeploy.lower(DefaultRowWhenNoneKept(), (x,), target="onnxruntime", dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+    message = str(caught.value)
+    assert "`Ne(u0, 0)`" in message and "shape [1, 4], not the graph's [0, 4]" in message
+    assert "torch.where" in message
+
+
+class SkipsAnImageThatKeepsNone(torch.nn.Module):
+    """Ultralytics' ``if not x.shape[0]: continue``: both sides give the image no rows."""
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        out = [torch.zeros(0, 4)] * x.shape[0]
+        for i, image in enumerate(x):
+            kept = image[image[:, 0] > 0.5]
+            if not kept.shape[0]:
+                continue
+            out[i] = kept * 2
+        return out
+
+
+def test_a_branch_whose_sides_agree_where_the_selection_keeps_none_lowers_and_matches_eager() -> None:
+    x = torch.rand(2, 5, 4)
+    x[:, :3, 0], x[:, 3:, 0] = 0.9, 0.1
+    deployed = fxdeploy.lower(SkipsAnImageThatKeepsNone(), (x,), target="onnxruntime",
                               dynamic_shapes={"x": {0: ("batch", 1, 4)}})
-    y = x.clone()
-    y[1, :, 0] = 0.1  # image 1 keeps none: eager appends its -1 row
-    torch.testing.assert_close(deployed(y), DefaultRowWhenNoneKept()(y))
+    y = torch.rand(3, 5, 4)
+    y[:, :, 0] = torch.tensor([[0.9, 0.1, 0.9, 0.1, 0.9], [0.1] * 5, [0.6, 0.7, 0.1, 0.1, 0.1]])
+    got, want = deployed(y), SkipsAnImageThatKeepsNone()(y)
+    assert [g.shape[0] for g in got] == [3, 0, 2]
+    torch.testing.assert_close(got, want)
+
+
+def test_an_example_whose_selection_keeps_none_is_refused_where_a_branch_reads_it() -> None:
+    """With no rows in the example, the graph would skip every image: no input could show rows."""
+    x = torch.rand(2, 5, 4)
+    x[:, :, 0] = 0.1
+    with pytest.raises(CaptureError, match=r"keeps no rows.*`Eq\(u0, 0\)`.*an image with detections"):
+        fxdeploy.lower(SkipsAnImageThatKeepsNone(), (x,), target="onnxruntime",
+                       dynamic_shapes={"x": {0: ("batch", 1, 4)}})
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino"])

@@ -1,0 +1,208 @@
+"""A branch the example decided on a selection's size, checked where the selection keeps nothing.
+
+Where Python branches on how many rows a filter kept (``if not x.shape[0]: continue``), the
+example's real values decide the branch (``exporting._decided_by_example``) and torch records the
+side taken as an assert on the size (``Ne(u0, 0)``), which the passes drop. The graph then computes
+that side for every input. Often the other side gives the same result where the selection is
+empty (Ultralytics' ``continue`` leaves the image's zero rows, as the filter would); sometimes it
+does not (``if len(kept) == 0: out.append(default_row)``), and the artifact would silently differ
+from eager on every such image.
+
+So each selection whose emptiness flips a recorded assert is emptied twice, on the example: in the
+captured graph, and in the model run eagerly, where the same op at the same source line (the
+node's stack trace) returns no rows and Python takes the other side. Where the two disagree, the
+capture is refused naming the line. A selection that the example left empty, where a branch
+depended on it, is refused too: the graph holds only the empty side, and no input can show the
+other. What cannot be matched (the op runs elsewhere in eager) is logged and left as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fxdeploy.capture.frames import Frame, source, text_frames
+from fxdeploy.errors import CaptureError, first_line
+from fxdeploy.passes.remove_asserts import ASSERT_OPS
+
+logger = logging.getLogger(__name__)
+aten = torch.ops.aten
+
+
+class OtherSide(CaptureError):
+    """The other side of a branch the example decided gives another result than the graph."""
+
+
+def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Refuse ``ep`` where emptying a selection flips a branch the example decided and eager's
+    other side differs from what the graph computes there; see the module's docstring."""
+    nodes = list(ep.graph.nodes)
+    asserts = [_expr(n) for n in nodes if n.target is aten._assert_scalar.default]
+    module: torch.fx.GraphModule | None = None  # the program runnable, made once where a branch needs it
+    for node in nodes:
+        for symbol in (node.meta.get("unbacked_bindings") or {}):
+            places = _places(node.meta.get("val"), symbol)
+            exprs = [e for e in asserts if e is not None and symbol in e.free_symbols]
+            if not places or not exprs:
+                continue
+            site = _site(node)
+            kept_none = [e for e in exprs if all(_at(e, symbol, n) is (sympy.true if n == 0 else sympy.false)
+                                                 for n in _SOME_SIZES)]
+            if kept_none:
+                raise OtherSide(_KEPT_NONE.format(where=_where(site), recorded=_recorded(kept_none)))
+            flipped = [e for e in exprs if _at(e, symbol, 0) is not sympy.true]
+            if not flipped:
+                continue  # every recorded side still holds where the selection is empty
+            if site is None:
+                logger.info("a branch on the size of %s is not checked where it keeps no rows: no source line", node)
+                continue
+            module = module or ep.module()
+            difference = _compare(module, nodes, model, args, kwargs, node, places, site)
+            if difference:
+                raise OtherSide(_DIFFERS.format(where=_where(site), recorded=_recorded(flipped), difference=difference))
+
+
+_SOME_SIZES = (0, 1, 2, 3, 1000)  # an assert true at 0 and false at the others holds only where none is kept
+_KEPT_NONE = (
+    "the example's selection at {where} keeps no rows, and a Python branch on its size was decided that way "
+    "({recorded}): the captured graph would give the no-rows side for every input. Give an example on which that "
+    "selection keeps rows (for a detector: an image with detections)."
+)
+_DIFFERS = (
+    "the example decided a Python branch on how many rows the selection at {where} keeps ({recorded}). Where it "
+    "keeps none, the model takes the other side and {difference}, which the captured graph does not hold: it would "
+    "give the example's side for every input. Compute both sides with tensor ops (e.g. torch.where on the count), "
+    "or keep the result the same on both sides."
+)
+
+
+def _compare(
+    module: torch.fx.GraphModule, nodes: list[torch.fx.Node], model: Any, args: Any, kwargs: Any,
+    node: torch.fx.Node, places: list[tuple[int, int]], site: Frame,
+) -> str:
+    """How eager's result differs from the graph's with ``node``'s selection emptied; "" if not,
+    or where eager cannot show it."""
+    occurrence = sum(1 for n in nodes[: nodes.index(node)] if n.target == node.target and _site(n) == site)
+    try:
+        graph = _Emptying(module, node.name, places).run(*pytree.tree_leaves((args, kwargs)))
+    except Exception as exc:  # noqa: BLE001 - the graph cannot run with no rows: eager decides alone
+        logger.info("the graph with %s emptied does not run (%s); the branch is not checked", node, first_line(exc))
+        return ""
+    emptying = _EmptyingEagerly(node.target, site, occurrence, places)
+    try:
+        with emptying:
+            eager = model(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the model refuses an empty selection itself
+        logger.info("the model raises with %s emptied (%s); the branch is not checked", site, first_line(exc))
+        return ""
+    if not emptying.done:
+        logger.info("%s (%s) does not run eagerly where the graph has it; the branch is not checked", site, node)
+        return ""
+    return _difference(pytree.tree_leaves(eager), pytree.tree_leaves(graph))
+
+
+def _difference(eager: list[Any], graph: list[Any]) -> str:
+    if len(eager) != len(graph):
+        return f"returns {len(eager)} values, not the graph's {len(graph)}"
+    for i, (want, got) in enumerate(zip(eager, graph, strict=True)):
+        if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
+            if want != got:
+                return f"returns {want!r} as output #{i}, not the graph's {got!r}"
+            continue
+        if want.shape != got.shape:
+            return f"returns output #{i} with shape {list(want.shape)}, not the graph's {list(got.shape)}"
+        a, b = want.double(), got.double()
+        scale = max(1.0, float(a.abs().nan_to_num(0, 0, 0).max())) if a.numel() else 1.0
+        if not torch.allclose(a, b, rtol=1e-4, atol=1e-4 * scale, equal_nan=True):
+            return f"returns another output #{i} (largest difference {float((a - b).abs().nan_to_num(0).max()):g})"
+    return ""
+
+
+class _Emptying(torch.fx.Interpreter):
+    """Runs the graph with one node's selection cut to no rows, its asserts not enforced."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, places: list[tuple[int, int]]) -> None:
+        super().__init__(gm)
+        self.name, self.places = name, places
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op == "call_function" and n.target in ASSERT_OPS:
+            return None
+        result = super().run_node(n)
+        return _emptied(result, self.places) if n.name == self.name else result
+
+
+class _EmptyingEagerly(TorchDispatchMode):
+    """Cuts to no rows the ``occurrence``-th call of ``target`` made from the line ``site``."""
+
+    def __init__(self, target: Any, site: Frame, occurrence: int, places: list[tuple[int, int]]) -> None:
+        super().__init__()
+        self.target, self.site, self.occurrence, self.places = target, site, occurrence, places
+        self.seen, self.done = 0, False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        result = func(*args, **(kwargs or {}))
+        if func != self.target or self.done or not _called_from(self.site):
+            return result
+        self.seen += 1
+        if self.seen <= self.occurrence:
+            return result
+        self.done = True
+        return _emptied(result, self.places)
+
+
+def _called_from(site: Frame) -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if frame.f_lineno == site.line and code.co_name == site.func and code.co_filename == site.file:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _emptied(value: Any, places: list[tuple[int, int]]) -> Any:
+    leaves, spec = pytree.tree_flatten(value)
+    for leaf, dim in places:
+        leaves[leaf] = leaves[leaf].narrow(dim, 0, 0).clone()
+    return pytree.tree_unflatten(leaves, spec)
+
+
+def _places(value: Any, symbol: sympy.Symbol) -> list[tuple[int, int]]:
+    """(leaf, dim) of every size of ``value`` that is exactly ``symbol``."""
+    places = []
+    for i, leaf in enumerate(pytree.tree_leaves(value)):
+        if isinstance(leaf, torch.Tensor):
+            places += [(i, d) for d, size in enumerate(leaf.shape)
+                       if isinstance(size, torch.SymInt) and size.node.expr == symbol]
+    return places
+
+
+def _expr(node: torch.fx.Node) -> sympy.Basic | None:
+    condition = node.args[0] if node.args else None
+    value = condition.meta.get("val") if isinstance(condition, torch.fx.Node) else None
+    return value.node.expr if isinstance(value, torch.SymBool) else None
+
+
+def _at(expr: sympy.Basic, symbol: sympy.Symbol, size: int) -> Any:
+    return expr.subs(symbol, size)
+
+
+def _site(node: torch.fx.Node) -> Frame | None:
+    """The innermost frame of the node's stack trace: the line that made the op."""
+    frames = text_frames(node.meta.get("stack_trace") or "")
+    return frames[-1] if frames else None
+
+
+def _where(site: Frame | None) -> str:
+    return "an unknown line" if site is None else f"{site.file}:{site.line} (`{source(site)}`)"
+
+
+def _recorded(exprs: list[sympy.Basic]) -> str:
+    return "torch recorded " + ", ".join(f"`{e}`" for e in exprs)

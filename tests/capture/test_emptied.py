@@ -1,0 +1,64 @@
+"""emptied: a branch the example decided on a selection's size, checked where the selection keeps
+nothing (the per-image loops are in test_per_image.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fxdeploy
+from fxdeploy.errors import CaptureError
+
+
+class SumOrDefault(torch.nn.Module):
+    """No loop over images: the kept rows doubled, or a -1 row where none is kept."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        if kept.shape[0] == 0:
+            return torch.full((1, 4), -1.0)
+        return kept * 2
+
+
+class SumOrZeros(torch.nn.Module):
+    """The same branch, but its side agrees with the kept rows doubled where none is kept: no rows."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        if kept.shape[0] == 0:
+            return torch.zeros(0, 4)
+        return kept * 2
+
+
+class RefusesNone(torch.nn.Module):
+    """The model itself raises where none is kept: no input of that kind has an eager result."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        if kept.shape[0] == 0:
+            raise ValueError("nothing kept")
+        return kept * 2
+
+
+def _example() -> torch.Tensor:
+    x = torch.rand(6, 4)
+    x[:3, 0], x[3:, 0] = 0.9, 0.1
+    return x
+
+
+@pytest.mark.parametrize("mode", ["auto", "strict"])
+def test_a_branch_whose_other_side_differs_is_refused_in_either_capture_mode(mode: str) -> None:
+    settings = fxdeploy.Settings(capture=fxdeploy.settings.CaptureSettings(mode=mode))
+    refusal = r"test_emptied.py:\d+ \(`kept = x\[x\[:, 0\] > 0.5\]`\).*shape \[1, 4\], not the graph's \[0, 4\]"
+    with pytest.raises(CaptureError, match=refusal):
+        fxdeploy.lower(SumOrDefault(), (_example(),), target="onnxruntime", settings=settings)
+
+
+@pytest.mark.parametrize("model", [SumOrZeros(), RefusesNone()], ids=["sides_agree", "eager_raises"])
+def test_a_branch_whose_other_side_agrees_or_raises_eagerly_lowers(model: torch.nn.Module) -> None:
+    deployed = fxdeploy.lower(model, (_example(),), target="onnxruntime")
+    x = _example()
+    torch.testing.assert_close(deployed(x), model(x))
+    if isinstance(model, SumOrZeros):
+        x[:, 0] = 0.1
+        torch.testing.assert_close(deployed(x), model(x))
