@@ -1,4 +1,4 @@
-"""A branch the example decided on a selection's size, checked where the selection keeps nothing.
+"""A branch the example decided on a selection's size, checked where the selection keeps none or all.
 
 Where Python branches on how many rows a filter kept (``if not x.shape[0]: continue``), the
 example's real values decide the branch (``exporting._decided_by_example``) and torch records the
@@ -8,18 +8,22 @@ empty (Ultralytics' ``continue`` leaves the image's zero rows, as the filter wou
 does not (``if len(kept) == 0: out.append(default_row)``), and the artifact would silently differ
 from eager on every such image.
 
-So each selection whose emptiness flips a recorded assert is emptied twice, on the example: in the
-captured graph, and in the model run eagerly, where the same op at the same source line (the
-node's stack trace) returns no rows and Python takes the other side. Where the two disagree, the
-capture is refused naming the line. A selection that the example left empty, where a branch
-depended on it, is refused too: the graph holds only the empty side, and no input can show the
-other. What cannot be matched (the op runs elsewhere in eager) is logged and left as it was.
+So each selection is cut on the example: to no rows where that breaks a recorded side, and, for
+a mask, with every row passing (``if n > max_det: kept = kept[:max_det]``, which an example with
+few rows did not take). Cut in the captured graph, the recorded asserts say whether a side breaks;
+where one does, the model runs eagerly with the same op at the same source line (the node's stack
+trace) cut the same way, and Python takes the other side. Where the two disagree, the capture is
+refused naming the line. A selection that the example left empty, where a branch depended on it,
+is refused too: the graph holds only the empty side. What cannot be checked (the graph cannot run
+so cut, the model raises, or the op runs elsewhere in eager) is logged and left as it was.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -40,8 +44,9 @@ class OtherSide(CaptureError):
 
 
 def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Refuse ``ep`` where emptying a selection flips a branch the example decided and eager's
-    other side differs from what the graph computes there; see the module's docstring."""
+    """Refuse ``ep`` where cutting a selection to no rows (or letting it keep every row) breaks a
+    branch the example decided and eager's other side differs from what the graph computes there;
+    see the module's docstring."""
     nodes = list(ep.graph.nodes)
     asserts = [_expr(n) for n in nodes if n.target is aten._assert_scalar.default]
     module: torch.fx.GraphModule | None = None  # the program runnable, made once where a branch needs it
@@ -56,16 +61,21 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
                                                  for n in _SOME_SIZES)]
             if kept_none:
                 raise OtherSide(_KEPT_NONE.format(where=_where(site), recorded=_recorded(kept_none)))
-            flipped = [e for e in exprs if _at(e, symbol, 0) is not sympy.true]
-            if not flipped:
-                continue  # every recorded side still holds where the selection is empty
-            if site is None:
-                logger.info("a branch on the size of %s is not checked where it keeps no rows: no source line", node)
+            cuts = []
+            if any(_at(e, symbol, 0) is not sympy.true for e in exprs):  # a recorded side breaks at no rows
+                cuts.append(("keeps none", functools.partial(_no_rows, places=places)))
+            if _every_row_applies(node):
+                cuts.append(("keeps every row it could", _every_row))
+            if cuts and site is None:
+                logger.info("a branch on the size of %s is not checked: no source line", node)
                 continue
-            module = module or ep.module()
-            difference = _compare(module, nodes, model, args, kwargs, node, places, site)
-            if difference:
-                raise OtherSide(_DIFFERS.format(where=_where(site), recorded=_recorded(flipped), difference=difference))
+            for keeps, cut in cuts:
+                module = module or ep.module()
+                found = _compare(module, nodes, model, (args, kwargs), node, cut, site)
+                if found:
+                    broken, difference = found
+                    raise OtherSide(_DIFFERS.format(where=_where(site), recorded=_recorded(broken), keeps=keeps,
+                                                    difference=difference))
 
 
 _SOME_SIZES = (0, 1, 2, 3, 1000)  # an assert true at 0 and false at the others holds only where none is kept
@@ -76,35 +86,40 @@ _KEPT_NONE = (
 )
 _DIFFERS = (
     "the example decided a Python branch on how many rows the selection at {where} keeps ({recorded}). Where it "
-    "keeps none, the model takes the other side and {difference}, which the captured graph does not hold: it would "
+    "{keeps}, the model takes the other side and {difference}, which the captured graph does not hold: it would "
     "give the example's side for every input. Compute both sides with tensor ops (e.g. torch.where on the count), "
     "or keep the result the same on both sides."
 )
 
 
 def _compare(
-    module: torch.fx.GraphModule, nodes: list[torch.fx.Node], model: Any, args: Any, kwargs: Any,
-    node: torch.fx.Node, places: list[tuple[int, int]], site: Frame,
-) -> str:
-    """How eager's result differs from the graph's with ``node``'s selection emptied; "" if not,
-    or where eager cannot show it."""
+    module: torch.fx.GraphModule, nodes: list[torch.fx.Node], model: Any, inputs: tuple[Any, Any],
+    node: torch.fx.Node, cut: Cut, site: Frame,
+) -> tuple[list[sympy.Basic], str] | None:
+    """With ``node``'s selection cut: the recorded sides that break in the graph, and how eager's
+    result differs from the graph's; None where no side breaks, they agree or eager cannot show it."""
+    args, kwargs = inputs
+    running = _Cutting(module, node.name, cut)
+    try:
+        graph = running.run(*pytree.tree_leaves((args, kwargs)))
+    except Exception as exc:  # noqa: BLE001 - the graph cannot run so cut: eager decides alone
+        logger.info("the graph with %s cut does not run (%s); the branch is not checked", node, first_line(exc))
+        return None
+    if not running.broken:
+        return None  # every side the example decided still holds
     occurrence = sum(1 for n in nodes[: nodes.index(node)] if n.target == node.target and _site(n) == site)
+    cutting = _CuttingEagerly(node.target, site, occurrence, cut)
     try:
-        graph = _Emptying(module, node.name, places).run(*pytree.tree_leaves((args, kwargs)))
-    except Exception as exc:  # noqa: BLE001 - the graph cannot run with no rows: eager decides alone
-        logger.info("the graph with %s emptied does not run (%s); the branch is not checked", node, first_line(exc))
-        return ""
-    emptying = _EmptyingEagerly(node.target, site, occurrence, places)
-    try:
-        with emptying:
+        with cutting:
             eager = model(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the model refuses an empty selection itself
-        logger.info("the model raises with %s emptied (%s); the branch is not checked", site, first_line(exc))
-        return ""
-    if not emptying.done:
+    except Exception as exc:  # noqa: BLE001 - the model refuses such a selection itself
+        logger.info("the model raises with %s cut (%s); the branch is not checked", site, first_line(exc))
+        return None
+    if not cutting.done:
         logger.info("%s (%s) does not run eagerly where the graph has it; the branch is not checked", site, node)
-        return ""
-    return _difference(pytree.tree_leaves(eager), pytree.tree_leaves(graph))
+        return None
+    difference = _difference(pytree.tree_leaves(eager), pytree.tree_leaves(graph))
+    return (running.broken, difference) if difference else None
 
 
 def _difference(eager: list[Any], graph: list[Any]) -> str:
@@ -124,37 +139,82 @@ def _difference(eager: list[Any], graph: list[Any]) -> str:
     return ""
 
 
-class _Emptying(torch.fx.Interpreter):
-    """Runs the graph with one node's selection cut to no rows, its asserts not enforced."""
+Cut = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+"""Runs a selection's op (target, args, kwargs) so that it keeps no rows, or every row it could."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, places: list[tuple[int, int]]) -> None:
+
+def _no_rows(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], places: list[tuple[int, int]]) -> Any:
+    leaves, spec = pytree.tree_flatten(func(*args, **kwargs))
+    for leaf, dim in places:
+        leaves[leaf] = leaves[leaf].narrow(dim, 0, 0).clone()
+    return pytree.tree_unflatten(leaves, spec)
+
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
+_MASKED = {aten.index.Tensor: 1, aten.masked_select.default: 1, aten.nonzero.default: 0, aten.argwhere.default: 0}
+"""The ops whose selection every row can pass: the argument that holds the mask (for ``index``, its
+boolean indices; for ``nonzero``, the tensor itself)."""
+
+
+def _every_row_applies(node: torch.fx.Node) -> bool:
+    if node.target not in _MASKED:
+        return False
+    held = node.args[_MASKED[node.target]]
+    masks = held if isinstance(held, (list, tuple)) else [held]
+    return node.target is not aten.index.Tensor or any(
+        isinstance(m, torch.fx.Node) and getattr(m.meta.get("val"), "dtype", None) in _MASK_DTYPES
+        for m in masks
+    )
+
+
+def _every_row(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def passing(mask: Any) -> Any:
+        if not isinstance(mask, torch.Tensor) or (func is aten.index.Tensor and mask.dtype not in _MASK_DTYPES):
+            return mask
+        return torch.ones_like(mask)
+
+    args = list(args)
+    held = args[_MASKED[func]]
+    args[_MASKED[func]] = [passing(m) for m in held] if isinstance(held, (list, tuple)) else passing(held)
+    return func(*args, **kwargs)
+
+
+class _Cutting(torch.fx.Interpreter):
+    """Runs the graph with one node's selection cut, recording the asserts that break."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, cut: Cut) -> None:
         super().__init__(gm)
-        self.name, self.places = name, places
+        self.name, self.cut = name, cut
+        self.broken: list[sympy.Basic] = []
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op == "call_function" and n.target in ASSERT_OPS:
+            args, _ = self.fetch_args_kwargs_from_env(n)
+            if n.target is aten._assert_scalar.default and not args[0]:
+                self.broken.append(_expr(n))
             return None
-        result = super().run_node(n)
-        return _emptied(result, self.places) if n.name == self.name else result
+        if n.name != self.name:
+            return super().run_node(n)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        return self.cut(n.target, args, kwargs)
 
 
-class _EmptyingEagerly(TorchDispatchMode):
-    """Cuts to no rows the ``occurrence``-th call of ``target`` made from the line ``site``."""
+class _CuttingEagerly(TorchDispatchMode):
+    """Cuts the selection of the ``occurrence``-th call of ``target`` made from the line ``site``."""
 
-    def __init__(self, target: Any, site: Frame, occurrence: int, places: list[tuple[int, int]]) -> None:
+    def __init__(self, target: Any, site: Frame, occurrence: int, cut: Cut) -> None:
         super().__init__()
-        self.target, self.site, self.occurrence, self.places = target, site, occurrence, places
+        self.target, self.site, self.occurrence, self.cut = target, site, occurrence, cut
         self.seen, self.done = 0, False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        result = func(*args, **(kwargs or {}))
         if func != self.target or self.done or not _called_from(self.site):
-            return result
+            return func(*args, **(kwargs or {}))
         self.seen += 1
         if self.seen <= self.occurrence:
-            return result
+            return func(*args, **(kwargs or {}))
         self.done = True
-        return _emptied(result, self.places)
+        return self.cut(func, args, kwargs or {})
 
 
 def _called_from(site: Frame) -> bool:
@@ -165,13 +225,6 @@ def _called_from(site: Frame) -> bool:
             return True
         frame = frame.f_back
     return False
-
-
-def _emptied(value: Any, places: list[tuple[int, int]]) -> Any:
-    leaves, spec = pytree.tree_flatten(value)
-    for leaf, dim in places:
-        leaves[leaf] = leaves[leaf].narrow(dim, 0, 0).clone()
-    return pytree.tree_unflatten(leaves, spec)
 
 
 def _places(value: Any, symbol: sympy.Symbol) -> list[tuple[int, int]]:

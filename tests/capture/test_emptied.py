@@ -40,6 +40,26 @@ class RefusesNone(torch.nn.Module):
         return kept * 2
 
 
+class KeepsAtMostThree(torch.nn.Module):
+    """Truncates a crowded selection (``if n > max_det``): the example keeps fewer, so the graph never would."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        if kept.shape[0] > 3:
+            kept = kept[:3]
+        return kept * 2
+
+
+class KeepsAtMostSix(KeepsAtMostThree):
+    """The same branch where no input can take it: six rows are all there are."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        if kept.shape[0] > 6:
+            kept = kept[:6]
+        return kept * 2
+
+
 def _example() -> torch.Tensor:
     x = torch.rand(6, 4)
     x[:3, 0], x[3:, 0] = 0.9, 0.1
@@ -62,3 +82,15 @@ def test_a_branch_whose_other_side_agrees_or_raises_eagerly_lowers(model: torch.
     if isinstance(model, SumOrZeros):
         x[:, 0] = 0.1
         torch.testing.assert_close(deployed(x), model(x))
+
+
+def test_a_branch_on_a_crowded_selection_the_example_did_not_take_is_refused() -> None:
+    """Two rows pass in the example: torch records ``u0 <= 3``. Where every row passes, eager keeps three."""
+    x = _example()
+    x[2, 0] = 0.1
+    refusal = r"`u0 <= 3`.*keeps every row it could.*shape \[3, 4\], not the graph's \[6, 4\]"
+    with pytest.raises(CaptureError, match=refusal):
+        fxdeploy.lower(KeepsAtMostThree(), (x,), target="onnxruntime")
+    deployed = fxdeploy.lower(KeepsAtMostSix(), (x,), target="onnxruntime")
+    x[:, 0] = 0.9
+    torch.testing.assert_close(deployed(x), KeepsAtMostSix()(x))
