@@ -8,7 +8,8 @@ empty (Ultralytics' ``continue`` leaves the image's zero rows, as the filter wou
 does not (``if len(kept) == 0: out.append(default_row)``), and the artifact would silently differ
 from eager on every such image.
 
-So each selection is cut on the example: to no rows where that breaks a recorded side, and, for
+So each selection is cut on the example: to no rows and to its first row where that breaks a
+recorded side (``if kept.shape[0] == 1``), and, for
 a mask, with every row passing (``if n > max_det: kept = kept[:max_det]``, which an example with
 few rows did not take). Cut in the captured graph, the recorded asserts say whether a side breaks;
 where one does, the model runs eagerly with the same op at the same source line (the node's stack
@@ -61,9 +62,9 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
                                                  for n in _SOME_SIZES)]
             if kept_none:
                 raise OtherSide(_KEPT_NONE.format(where=_where(site), recorded=_recorded(kept_none)))
-            cuts = []
-            if any(_at(e, symbol, 0) is not sympy.true for e in exprs):  # a recorded side breaks at no rows
-                cuts.append(("keeps none", functools.partial(_no_rows, places=places)))
+            cuts = [(keeps, functools.partial(_first_rows, places=places, count=count))
+                    for keeps, count in (("keeps none", 0), ("keeps one row", 1))
+                    if any(_at(e, symbol, count) is not sympy.true for e in exprs)]  # a recorded side breaks there
             if _every_row_applies(node):
                 cuts.append(("keeps every row it could", _every_row))
             if cuts and site is None:
@@ -143,10 +144,11 @@ Cut = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 """Runs a selection's op (target, args, kwargs) so that it keeps no rows, or every row it could."""
 
 
-def _no_rows(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], places: list[tuple[int, int]]) -> Any:
+def _first_rows(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], places: list[tuple[int, int]],
+                count: int) -> Any:
     leaves, spec = pytree.tree_flatten(func(*args, **kwargs))
     for leaf, dim in places:
-        leaves[leaf] = leaves[leaf].narrow(dim, 0, 0).clone()
+        leaves[leaf] = leaves[leaf].narrow(dim, 0, min(count, leaves[leaf].shape[dim])).clone()
     return pytree.tree_unflatten(leaves, spec)
 
 

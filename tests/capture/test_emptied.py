@@ -60,6 +60,16 @@ class KeepsAtMostSix(KeepsAtMostThree):
         return kept * 2
 
 
+class OneRowScaled(torch.nn.Module):
+    """A side for exactly one kept row, which an example keeping three did not take."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        if kept.shape[0] == 1:
+            return kept * 10
+        return kept * 2
+
+
 def _example() -> torch.Tensor:
     x = torch.rand(6, 4)
     x[:3, 0], x[3:, 0] = 0.9, 0.1
@@ -94,3 +104,8 @@ def test_a_branch_on_a_crowded_selection_the_example_did_not_take_is_refused() -
     deployed = fxdeploy.lower(KeepsAtMostSix(), (x,), target="onnxruntime")
     x[:, 0] = 0.9
     torch.testing.assert_close(deployed(x), KeepsAtMostSix()(x))
+
+
+def test_a_branch_for_exactly_one_kept_row_is_refused() -> None:
+    with pytest.raises(CaptureError, match=r"`Ne\(u0, 1\)`.*keeps one row.*another output #0 \(largest difference"):
+        fxdeploy.lower(OneRowScaled(), (_example(),), target="onnxruntime")
