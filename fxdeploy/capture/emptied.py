@@ -8,8 +8,8 @@ empty (Ultralytics' ``continue`` leaves the image's zero rows, as the filter wou
 does not (``if len(kept) == 0: out.append(default_row)``), and the artifact would silently differ
 from eager on every such image.
 
-So each selection is cut on the example: to no rows and to its first row where that breaks a
-recorded side (``if kept.shape[0] == 1``), and, for
+So each selection is cut on the example: to its first n rows for the fewest n (none, one, ...)
+at which a recorded side breaks (``if kept.shape[0] == 1``), and, for
 a mask, with every row passing (``if n > max_det: kept = kept[:max_det]``, which an example with
 few rows did not take). Cut in the captured graph, the recorded asserts say whether a side breaks;
 where one does, the model runs eagerly with the same op at the same source line (the node's stack
@@ -62,9 +62,9 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
                                                  for n in _SOME_SIZES)]
             if kept_none:
                 raise OtherSide(_KEPT_NONE.format(where=_where(site), recorded=_recorded(kept_none)))
-            cuts = [(keeps, functools.partial(_first_rows, places=places, count=count))
-                    for keeps, count in (("keeps none", 0), ("keeps one row", 1))
-                    if any(_at(e, symbol, count) is not sympy.true for e in exprs)]  # a recorded side breaks there
+            breaking = [n for n in range(_FEW_ROWS + 1) if any(_at(e, symbol, n) is not sympy.true for e in exprs)]
+            cuts = [(_KEEPS.get(n, f"keeps {n} rows"), functools.partial(_first_rows, places=places, count=n))
+                    for n in breaking[:3]]  # the fewest rows at which a recorded side breaks
             if _every_row_applies(node):
                 cuts.append(("keeps every row it could", _every_row))
             if cuts and site is None:
@@ -79,6 +79,8 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
                                                     difference=difference))
 
 
+_FEW_ROWS = 64  # cut to the first n rows only where the example kept n or more: more are cut as "every row"
+_KEEPS = {0: "keeps none", 1: "keeps one row"}
 _SOME_SIZES = (0, 1, 2, 3, 1000)  # an assert true at 0 and false at the others holds only where none is kept
 _KEPT_NONE = (
     "the example's selection at {where} keeps no rows, and a Python branch on its size was decided that way "

@@ -70,6 +70,16 @@ class OneRowScaled(torch.nn.Module):
         return kept * 2
 
 
+class TwoRowsSwapped(torch.nn.Module):
+    """A side for exactly two kept rows: their order swapped."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        if kept.shape[0] == 2:
+            return kept.flip(0)
+        return kept * 1
+
+
 def _example() -> torch.Tensor:
     x = torch.rand(6, 4)
     x[:3, 0], x[3:, 0] = 0.9, 0.1
@@ -106,6 +116,10 @@ def test_a_branch_on_a_crowded_selection_the_example_did_not_take_is_refused() -
     torch.testing.assert_close(deployed(x), KeepsAtMostSix()(x))
 
 
-def test_a_branch_for_exactly_one_kept_row_is_refused() -> None:
-    with pytest.raises(CaptureError, match=r"`Ne\(u0, 1\)`.*keeps one row.*another output #0 \(largest difference"):
-        fxdeploy.lower(OneRowScaled(), (_example(),), target="onnxruntime")
+@pytest.mark.parametrize(("model", "refusal"), [
+    (OneRowScaled(), r"`Ne\(u0, 1\)`.*keeps one row.*another output #0 \(largest difference"),
+    (TwoRowsSwapped(), r"`Ne\(u0, 2\)`.*keeps 2 rows.*another output #0 \(largest difference"),
+], ids=["one", "two"])
+def test_a_branch_for_exactly_a_few_kept_rows_is_refused(model: torch.nn.Module, refusal: str) -> None:
+    with pytest.raises(CaptureError, match=refusal):
+        fxdeploy.lower(model, (_example(),), target="onnxruntime")
