@@ -102,9 +102,10 @@ def _compare(
     """With ``node``'s selection cut: the recorded sides that break in the graph, and how eager's
     result differs from the graph's; None where no side breaks, they agree or eager cannot show it."""
     args, kwargs = inputs
+    flat = pytree.tree_leaves((args, kwargs))
     running = _Cutting(module, node.name, cut)
     try:
-        graph = running.run(*pytree.tree_leaves((args, kwargs)))
+        graph = _seeded(running.run, *flat)
     except Exception as exc:  # noqa: BLE001 - the graph cannot run so cut: eager decides alone
         logger.info("the graph with %s cut does not run (%s); the branch is not checked", node, first_line(exc))
         return None
@@ -114,7 +115,7 @@ def _compare(
     cutting = _CuttingEagerly(node.target, site, occurrence, cut)
     try:
         with cutting:
-            eager = model(*args, **kwargs)
+            eager = _seeded(model, *args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the model refuses such a selection itself
         logger.info("the model raises with %s cut (%s); the branch is not checked", site, first_line(exc))
         return None
@@ -122,7 +123,18 @@ def _compare(
         logger.info("%s (%s) does not run eagerly where the graph has it; the branch is not checked", site, node)
         return None
     difference = _difference(pytree.tree_leaves(eager), pytree.tree_leaves(graph))
+    if difference and _difference(pytree.tree_leaves(_seeded(model, *args, **kwargs)),
+                                  pytree.tree_leaves(_seeded(torch.fx.Interpreter(module).run, *flat))):
+        logger.info("the graph differs from eager on the example itself; the branch at %s is not checked", site)
+        return None  # not the branch: a model whose runs differ (its own randomness) shows nothing here
     return (running.broken, difference) if difference else None
+
+
+def _seeded(run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``run`` with torch's generator seeded alike each time, the caller's generator state kept."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return run(*args, **kwargs)
 
 
 def _difference(eager: list[Any], graph: list[Any]) -> str:
