@@ -71,7 +71,7 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
                 logger.info("a branch on the size of %s is not checked: no source line", node)
                 continue
             for keeps, cut in cuts:
-                module = module or ep.module()
+                module = ep.module() if module is None else module
                 found = _compare(module, nodes, model, (args, kwargs), node, cut, site)
                 if found:
                     broken, difference = found
