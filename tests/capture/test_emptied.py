@@ -80,6 +80,26 @@ class TwoRowsSwapped(torch.nn.Module):
         return kept * 1
 
 
+class NonzeroOrDefault(torch.nn.Module):
+    """``nonzero`` and ``numel``: a -1 row where none is kept."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx = (x[:, 0] > 0.5).nonzero().squeeze(1)
+        if idx.numel() == 0:
+            return torch.full((1, 4), -1.0)
+        return x[idx] * 2
+
+
+class MaskedSelectAtMostTwo(torch.nn.Module):
+    """``masked_select`` truncated where crowded."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values = torch.masked_select(x[:, 1], x[:, 0] > 0.5)
+        if values.shape[0] > 2:
+            values = values[:2]
+        return values + 1
+
+
 def _example() -> torch.Tensor:
     x = torch.rand(6, 4)
     x[:3, 0], x[3:, 0] = 0.9, 0.1
@@ -123,3 +143,14 @@ def test_a_branch_on_a_crowded_selection_the_example_did_not_take_is_refused() -
 def test_a_branch_for_exactly_a_few_kept_rows_is_refused(model: torch.nn.Module, refusal: str) -> None:
     with pytest.raises(CaptureError, match=refusal):
         fxdeploy.lower(model, (_example(),), target="onnxruntime")
+
+
+@pytest.mark.parametrize(("model", "refusal"), [
+    (NonzeroOrDefault(), r"`idx = \(x\[:, 0\] > 0.5\).nonzero\(\).squeeze\(1\)`.*`Ne\(u0, 0\)`.*keeps none"),
+    (MaskedSelectAtMostTwo(), r"`values = torch.masked_select\(.*`u0 <= 2`.*keeps every row it could.*\[2\], not"),
+], ids=["nonzero", "masked_select"])
+def test_other_selections_are_cut_too(model: torch.nn.Module, refusal: str) -> None:
+    x = _example()
+    x[2, 0] = 0.1  # two rows kept: below the truncation
+    with pytest.raises(CaptureError, match=refusal):
+        fxdeploy.lower(model, (x,), target="onnxruntime")
