@@ -154,3 +154,10 @@ def test_other_selections_are_cut_too(model: torch.nn.Module, refusal: str) -> N
     x[2, 0] = 0.1  # two rows kept: below the truncation
     with pytest.raises(CaptureError, match=refusal):
         fxdeploy.lower(model, (x,), target="onnxruntime")
+
+
+def test_a_tensor_against_a_number_is_a_difference_not_a_crash() -> None:
+    from fxdeploy.capture.emptied import _difference
+
+    assert _difference([torch.zeros(2)], [3]) == "returns tensor([0., 0.]) as output #0, not the graph's 3"
+    assert _difference([3], [3]) == "" and _difference([torch.ones(2)], [torch.ones(2)]) == ""
