@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fxdeploy
-from fxdeploy.errors import CaptureError
+from fxdeploy.errors import CaptureError, PassError
 
 
 class SumOrDefault(torch.nn.Module):
@@ -80,6 +80,16 @@ class TwoRowsSwapped(torch.nn.Module):
         return kept * 1
 
 
+class ThreeRowsScaled(torch.nn.Module):
+    """A side for exactly three kept rows, which the example (keeping three) takes: ``Eq(u0, 3)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0.5]
+        if kept.shape[0] == 3:
+            return kept * 10
+        return kept * 2
+
+
 class NonzeroOrDefault(torch.nn.Module):
     """``nonzero`` and ``numel``: a -1 row where none is kept."""
 
@@ -143,6 +153,12 @@ def test_a_branch_on_a_crowded_selection_the_example_did_not_take_is_refused() -
 def test_a_branch_for_exactly_a_few_kept_rows_is_refused(model: torch.nn.Module, refusal: str) -> None:
     with pytest.raises(CaptureError, match=refusal):
         fxdeploy.lower(model, (_example(),), target="onnxruntime")
+
+
+def test_a_branch_the_example_took_for_its_own_count_is_refused() -> None:
+    """Not cut (a count pinned to a nonzero number), but ``pad_compactions`` refuses the fixed count."""
+    with pytest.raises(PassError, match=r'test_emptied.py", line \d+.*fixed the number of rows selected here at 3'):
+        fxdeploy.lower(ThreeRowsScaled(), (_example(),), target="onnxruntime")
 
 
 @pytest.mark.parametrize(("model", "refusal"), [

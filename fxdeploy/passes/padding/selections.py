@@ -95,7 +95,8 @@ def select(node: Node, source: Node | None, mask: Node, rows: PaddedRows) -> tup
         raise CompactionError(
             f"{call_site(node)}: the capture fixed the number of rows selected here at {selected.shape[0]}: Python "
             "read it (len(x), int(x.shape[0]), a branch on it) and the example's value decided it. Use the size as a "
-            "shape (x.view(-1, ...)) rather than as a Python number"
+            "shape (x.view(-1, ...)) rather than as a Python number, and write a branch on it with tensor ops "
+            "(torch.where)"
         )
     sizes = _static_sizes(mask, rows)
     order, count = _partition(mask, sizes, rows)
