@@ -69,14 +69,18 @@ class UnverifiedWarning(UserWarning):
 
 _LOCATION = re.compile(r"(Exception from|Check '.*' failed at) \S+:\d+:?\.?")
 """A line that only says where a C++ library raised (OpenVINO's ``Exception from src/...cpp:84:``)."""
+_SIGNATURE = re.compile(r"\S+\.(?:h|hpp|cc|cpp|cu):\d+ [\w:<>, *&]+\([^()]*\)(?: const)? ")
+"""Where ONNX Runtime raised, in the line: ``.../attention_helper.h:70 onnxruntime::common::Status
+onnxruntime::...::ComputeOutputShapeForAttention(const onnxruntime::Tensor*, ...) `` before its reason."""
 
 
 def first_line(exc: BaseException, limit: int = 400) -> str:
     """``Type: first line of the message``, for errors that relay another library's exception.
-    Lines that only name a C++ source location are passed over, and a line ending in ``:`` is a
+    Lines that only name a C++ source location are passed over, a location and C++ signature
+    inside a line are dropped (ONNX Runtime's), and a line ending in ``:`` is a
     heading, read on to the first line that says something (OpenVINO's reason comes several lines
     down: ``... Unsupported padding mode: [wrap]``)."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    lines = [_SIGNATURE.sub("", line).strip() for line in str(exc).strip().splitlines() if line.strip()]
     said = [line for line in lines if not _LOCATION.fullmatch(line)] or lines[:1]
     parts: list[str] = []
     for line in said:

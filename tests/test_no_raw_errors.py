@@ -87,3 +87,14 @@ def test_a_relayed_message_reads_past_cpp_locations_and_headings() -> None:
                                     "message: Unsupported padding mode: [wrap]")
     assert first_line(ValueError("one line\nthe next")) == "ValueError: one line"
     assert first_line(RuntimeError("Exception from src/a.cpp:3:")) == "RuntimeError: Exception from src/a.cpp:3:"
+    onnxruntime = RuntimeError(  # ONNX Runtime's reason comes after the C++ signature, in the same line
+        "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Attention node. Name:'sdpa' "
+        "Status Message: /onnxruntime_src/onnxruntime/core/providers/cpu/llm/attention_helper.h:70 "
+        "onnxruntime::common::Status onnxruntime::attention_helper::ComputeOutputShapeForAttention(const "
+        "onnxruntime::Tensor*, bool, float, AttentionParameters&, onnxruntime::TensorShape&, bool) attn_mask == "
+        "nullptr was false. inconsistent q_sequence_length (between attn_mask and Q)"
+    )
+    assert first_line(onnxruntime) == (
+        "RuntimeError: [ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Attention node. "
+        "Name:'sdpa' Status Message: attn_mask == nullptr was false. inconsistent q_sequence_length (between "
+        "attn_mask and Q)")

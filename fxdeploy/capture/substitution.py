@@ -31,6 +31,9 @@ class Substitution:
     replacement: Callable[..., Any]
     unpack: Callable[[Any], Any] | None = None
     """Host-side: turns the deployed model's tensor outputs back into the eager structure."""
+    eager_equivalent: bool = False
+    """The replacement computes what the target computes in eager inference, only spelt so that
+    capture can trace it: lower()'s check then runs the target itself, not the replacement."""
 
     @property
     def name(self) -> str:
@@ -201,11 +204,16 @@ def torchvision_ops() -> object | None:
 
 
 def builtin_substitutions() -> list[Substitution]:
+    from fxdeploy.capture.nested_encoder import encoder_forward
+
+    # nn.TransformerEncoder's padded batch: torch.export takes its dense path, eager inference the
+    # nested one, which zeros the padded positions (nested_encoder.py).
+    builtin = [Substitution(torch.nn.TransformerEncoder.forward, encoder_forward, eager_equivalent=True)]
     tv_ops = torchvision_ops()
     if tv_ops is None:
-        return []
+        return builtin
     # torchvision.ops.nms is not substituted: it calls the torchvision::nms op, whose node the
     # substitute_nms pass rewrites, so the fast non-strict capture takes it as it is (a function
     # substitution needs dynamo, which cannot trace Ultralytics' time.time() around its NMS).
     # batched_nms is substituted: on large inputs it loops over the classes in Python.
-    return [Substitution(tv_ops.batched_nms, _batched_nms)]  # type: ignore[attr-defined]
+    return [*builtin, Substitution(tv_ops.batched_nms, _batched_nms)]  # type: ignore[attr-defined]

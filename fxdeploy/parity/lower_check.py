@@ -14,6 +14,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact import dims, guards, structure
 from fxdeploy.capture import Captured, eval_mode, fixes, substitution
+from fxdeploy.capture.nested_encoder import eager_nested_quiet
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import FxDeployError, InferenceError, LoweringError, first_line, user_stacklevel
 from fxdeploy.parity import closeness, rows, verify
@@ -91,13 +92,15 @@ def _narrow_again(deployed: Deployed, captured: Captured, failure: Exception) ->
 def _eager_call(
     model: torch.nn.Module, captured: Captured, subs: list[substitution.Substitution]
 ) -> Callable[[list[torch.Tensor]], Any]:
-    """The model itself on flat inputs, as capture ran it (eval mode, method substitutions), on
-    copies: a model that writes into its inputs must not change what the artifact is given next."""
+    """The model itself on flat inputs, as capture ran it (eval mode, method substitutions, but not
+    the eager-equivalent ones: the check runs their targets), on copies: a model that writes into its
+    inputs must not change what the artifact is given next."""
+    subs = [s for s in subs if not s.eager_equivalent]
 
     def eager_fn(inputs: list[torch.Tensor]) -> Any:
         args, kwargs = pytree.tree_unflatten([x.clone() for x in inputs], captured.in_spec)
         try:
-            with eval_mode(model), substitution.on_instances(model, subs):
+            with eval_mode(model), substitution.on_instances(model, subs), eager_nested_quiet():
                 return model(*args, **kwargs)
         except FxDeployError:
             raise

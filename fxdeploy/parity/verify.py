@@ -64,9 +64,16 @@ def resized(
 
 def _like(example: torch.Tensor, dims: list[int], generator: torch.Generator) -> torch.Tensor:
     """Floats anywhere in the example's range; integers drawn from the example's own values, as
-    an integer input is often a set (a divisor that is never 0, class ids, token ids), not a range."""
-    if example.dtype == torch.bool:
-        return torch.randint(0, 2, dims, generator=generator).bool()
+    an integer input is often a set (a divisor that is never 0, class ids, token ids), not a range.
+    A bool input, or a float one holding two values (0 and -inf, 0 and 1), is a mask: each of its
+    two values is drawn about as often as in the example, but never less than 1 time in 8. A mask
+    drawn half padding pads whole rows of a short sequence, where a model may refuse to run."""
+    two = (False, True) if example.dtype == torch.bool else _two_values(example)
+    if two is not None:
+        low, high = two
+        share = (example == high).double().mean().item() if example.numel() else 0.5
+        drawn = torch.rand(dims, generator=generator, dtype=torch.float64) < min(max(share, 1 / 8), 7 / 8)
+        return torch.where(drawn, torch.tensor(high, dtype=example.dtype), torch.tensor(low, dtype=example.dtype))
     if not example.dtype.is_floating_point:
         flat = example.flatten() if example.numel() else torch.tensor([0, 1], dtype=example.dtype)
         return flat[torch.randint(0, flat.numel(), (math.prod(dims),), generator=generator)].reshape(dims)
@@ -74,6 +81,20 @@ def _like(example: torch.Tensor, dims: list[int], generator: torch.Generator) ->
     if high <= low:
         return torch.full(dims, low, dtype=example.dtype)
     return (torch.rand(dims, generator=generator) * (high - low) + low).to(example.dtype)
+
+
+def _two_values(example: torch.Tensor) -> tuple[float, float] | None:
+    """(low, high) where a float tensor holds exactly two distinct values, else None; in one pass
+    over it, not a sort (an image batch is millions of values)."""
+    if not example.dtype.is_floating_point or example.numel() < 2:
+        return None
+    flat = example.flatten()
+    if torch.unique(flat[:4096]).numel() > 2:  # most inputs tell at once
+        return None
+    others = flat[flat != flat[0]]
+    if others.numel() == 0 or bool(flat[0].isnan()) or bool((others != others[0]).any()):
+        return None  # one value, a NaN (never equal to itself), or a third value
+    return tuple(sorted((flat[0].item(), others[0].item())))  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -213,12 +234,13 @@ def against_original(
     the rows an unpack returns in plain tensors ([n, 15] per image) are found by probing it
     (``fxdeploy.parity.probe``) and compared as rows too. Returns the excuses used."""
     from fxdeploy.capture import eval_mode
+    from fxdeploy.capture.nested_encoder import eager_nested_quiet
     from fxdeploy.parity.outputs import Tolerances, compare_outputs
     from fxdeploy.parity.probe import row_paths
     from fxdeploy.parity.rows import specs
 
     args, kwargs = pytree.tree_unflatten([x.clone() for x in flat], in_spec)  # eager may write into them
-    with torch.no_grad(), eval_mode(model):
+    with torch.no_grad(), eval_mode(model), eager_nested_quiet():
         want = model(*args, **kwargs)
     result = deployed.call_flat(flat, unpack=False)
     visible = [leaf for leaf in deployed.manifest["output_leaves"] if leaf["kind"] not in ("hidden", "constant")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
+from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
 from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
@@ -25,6 +26,7 @@ from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.precision_policy import precision_policy
+from fxdeploy.passes.query_sized_masks import query_sized_masks
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
@@ -35,6 +37,9 @@ from fxdeploy.passes.whole_input_pool import whole_input_pool
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
 CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
+# dense_encoder_layers: PyTorch's fused encoder layer, which dynamo captures (strict capture,
+# torch.compile) and no exporter translates, as public ops; right after cleanup, before any pass
+# that reads attention (query_sized_masks reads the attention it writes). TorchScript runs the op.
 
 # tensorize_outputs runs last: earlier passes may add or replace outputs (pad_compactions does).
 # pad_compactions after cleanup (the asserts on data-dependent sizes are gone) and before
@@ -51,21 +56,22 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
 # rows reads the masked rows instead (ONNX's TopK breaks ties by the lower index; TorchScript's
 # topk promises no order among ties, so its pipeline keeps the partition).
 ONNX: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices, contiguous_reshapes,
-    tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
+    contiguous_reshapes, tensorize_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
-# and after precision_policy (which keeps sigmoids in fp32 by name).
+# and after precision_policy (which keeps sigmoids in fp32 by name). Its Attention kernel refuses a
+# mask broadcast over the queries (query_sized_masks; it changes no outputs, so anywhere after cleanup).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, pad_compactions, topk_of_selection, precision_policy, exact_score_sigmoid, scatters_as_slices,
-    contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, query_sized_masks, pad_compactions, topk_of_selection, precision_policy,
+    exact_score_sigmoid, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool; it
 # changes no outputs, so anywhere after cleanup).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, whole_input_pool, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
-    contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, whole_input_pool, pad_compactions, topk_of_selection, precision_policy,
+    scatters_as_slices, contiguous_reshapes, tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
@@ -93,10 +99,10 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # functional_spellings next: the passes after it match reshapes and clamps by their public ops;
 # einsum_products and integer_powers beside it (spellings too).
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, empty_cat_inputs, functional_spellings, einsum_products, integer_powers, whole_input_pool,
-    pad_compactions, tensorize_outputs, padded_copies, scatters_as_slices, identity_indexing, fold_constants,
-    constant_lookups, vacuous_masks, input_attention_masks, float_attention_mask, comparisons_as_arithmetic,
-    strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
+    *CLEANUP, dense_encoder_layers, empty_cat_inputs, functional_spellings, einsum_products, integer_powers,
+    whole_input_pool, pad_compactions, tensorize_outputs, padded_copies, scatters_as_slices, identity_indexing,
+    fold_constants, constant_lookups, vacuous_masks, input_attention_masks, float_attention_mask,
+    comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

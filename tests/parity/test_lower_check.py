@@ -73,6 +73,22 @@ def test_integer_inputs_at_other_sizes_take_the_examples_values() -> None:
     torch.testing.assert_close(deployed(x, y), FloorDivides()(x, y))
 
 
+def test_masks_at_other_sizes_are_drawn_like_the_examples() -> None:
+    """A bool input, or a float one of two values, is a mask: each value about as often as in the
+    example, and never under 1 in 8 (an all-False example still draws some True). A float input of
+    more values is drawn over its range."""
+    from fxdeploy.parity.verify import resized
+
+    padding = torch.arange(10) >= torch.tensor([[10], [8], [7], [9]])  # 6 of 40 True
+    additive = torch.zeros(4, 10).masked_fill(padding, float("-inf"))
+    ramp = torch.linspace(-1, 1, 40).view(4, 10)
+    drawn = resized([padding, additive, torch.zeros(4, 10, dtype=torch.bool), ramp], [["b", 10]] * 4, {"b": 64}, 0)
+    assert 0.1 < drawn[0].double().mean() < 0.2 and drawn[0].dtype == torch.bool
+    assert set(drawn[1].unique().tolist()) == {0.0, float("-inf")} and 0.1 < drawn[1].isinf().double().mean() < 0.2
+    assert 0.08 < drawn[2].double().mean() < 0.17
+    assert drawn[3].unique().numel() > 100 and -1 <= drawn[3].min() and drawn[3].max() <= 1
+
+
 class ChecksItsBatchEagerly(torch.nn.Module):
     """Validates its input in eager only, as models do to guard a service: capture skips it."""
 

@@ -235,7 +235,26 @@ EMPTY_CAT_INPUTS = Program(
 """A cat's empty inputs (a slice of none, rows collected from ``zeros(b, 0, 5)``), a write into a
 cat's result, and an empty float input that makes an integer cat a float one (which must stay)."""
 
+KEY_PADDING_ATTENTION = Program(
+    body=(
+        "b = x0.shape[0]",
+        "q = x0.view(b, 6, 2, 4).transpose(1, 2)",
+        "keep = x1 < 0.5",
+        "keep[:, 0] = True",
+        "bias = torch.zeros(b, 6).masked_fill(keep.logical_not(), float('-inf')).view(b, 1, 1, 6)",
+        "a = F.scaled_dot_product_attention(q, q * 2, q + 1, attn_mask=keep.view(b, 1, 1, 6))",
+        "c = F.scaled_dot_product_attention(q, q, q, attn_mask=bias.expand(b, 2, 1, 6))",
+        "bias.mul_(2.0)",
+        "return (a, c, bias)",
+    ),
+    inputs=(Input("x0", (2, 6, 8), dynamic=True), Input("x1", (2, 6), dynamic=True)),
+)
+"""nn.MultiheadAttention's key padding: one mask row per image, broadcast over the queries (bool,
+and additive with -inf), which ONNX Runtime's Attention kernel refuses (``query_sized_masks``); the
+additive mask written into after the attention."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
+    "key_padding_attention": (KEY_PADDING_ATTENTION, {"query_sized_masks"}),
     "empty_cat_inputs": (EMPTY_CAT_INPUTS, {"empty_cat_inputs"}),
     "clip_head": (CLIP_HEAD, {"functional_spellings", "einsum_products", "integer_powers"}),
     "eval_dropout_writes": (EVAL_DROPOUT_WRITES, set()),
