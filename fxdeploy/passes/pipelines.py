@@ -27,6 +27,7 @@ from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.query_sized_masks import query_sized_masks
+from fxdeploy.passes.refuse_random_ops import refuse_random_ops
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
@@ -36,7 +37,8 @@ from fxdeploy.passes.topk_of_selection import topk_of_selection
 from fxdeploy.passes.whole_input_pool import whole_input_pool
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
-CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, remove_noops)
+# refuse_random_ops after remove_dropout, which takes the dropouts that return their input.
+CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, remove_noops)
 # dense_encoder_layers: PyTorch's fused encoder layer, which dynamo captures (strict capture,
 # torch.compile) and no exporter translates, as public ops; right after cleanup, before any pass
 # that reads attention (query_sized_masks reads the attention it writes). TorchScript runs the op.
