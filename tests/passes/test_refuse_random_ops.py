@@ -49,3 +49,28 @@ def test_dropout_that_is_the_identity_in_eval_mode_lowers() -> None:
     deployed = fxdeploy.lower(model, (x,), target="onnxruntime")
     torch.testing.assert_close(deployed(x), x * 3)
     assert model.training  # lower() ran it in eval mode and gave its mode back
+
+
+class Recurrent(torch.nn.Module):
+    """torch tags an LSTM and a GRU as random (their dropout between layers): off in eval mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 6, 2, batch_first=True, dropout=0.3)
+        self.gru = torch.nn.GRU(6, 5, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gru(self.lstm(x)[0])[0]
+
+
+def test_ops_random_only_through_their_dropout_lower_in_eval_mode() -> None:
+    from fxdeploy.capture import capture
+    from fxdeploy.passes.refuse_random_ops import check
+
+    model, x = Recurrent().eval(), torch.randn(2, 7, 4)
+    graph = capture(model, (x,)).graph_module.graph
+    nodes = [n for n in graph.nodes if n.op == "call_function" and "lstm" in str(n.target)]
+    assert nodes and check(nodes[0]).startswith("random only through a dropout, here off (dropout=0.3, train=False")
+    deployed = fxdeploy.lower(model, (x,), target="onnxruntime")
+    with torch.no_grad():
+        torch.testing.assert_close(deployed(x), model(x), atol=1e-5, rtol=1e-4)
