@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 from fxdeploy import artifact
 from fxdeploy.artifact import dims, structure
 from fxdeploy.artifact.manifest import Manifest
-from fxdeploy.capture import Captured, batching, capture, devices, fixes, substitution
+from fxdeploy.capture import Captured, batching, capture, devices, fixes, state, substitution
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import (
     ArtifactError,
@@ -89,9 +89,11 @@ def lower(
                 "set logging.getLogger('fxdeploy') to DEBUG for the stages it ran, and report it with the model"
             ) from exc
 
-    if not settings.cache.enabled:
-        return build()
-    return _cached(build, chosen, model, args, kwargs, dynamic_shapes, subs, settings, calibration)
+    state.warn_training(model)
+    with state.kept_values(model):  # whatever lower() runs, the model's buffers keep the user's values
+        if not settings.cache.enabled:
+            return build()
+        return _cached(build, chosen, model, args, kwargs, dynamic_shapes, subs, settings, calibration)
 
 
 def _cached(

@@ -63,6 +63,11 @@ class CalibrationWarning(UserWarning):
     they give may clip the inputs the artifact will see. The message gives both ranges."""
 
 
+class TrainingModeWarning(UserWarning):
+    """lower() was given a model with modules in training mode: it captures and checks in eval mode,
+    so the artifact computes as ``model.eval()`` does. The message names the modules."""
+
+
 class UnverifiedWarning(UserWarning):
     """A loaded artifact was lowered with ``verify=False``: nothing compared it with its model."""
 

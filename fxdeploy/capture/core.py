@@ -22,10 +22,11 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact import dims as dims_mod
 from fxdeploy.artifact import guards, structure
-from fxdeploy.capture import exporting, fixes, flat_io, per_image, substitution
+from fxdeploy.capture import exporting, fixes, flat_io, per_image, state, substitution
 from fxdeploy.capture.batch_watch import BatchFixed
 from fxdeploy.capture.exporting import module_state
 from fxdeploy.capture.functional import drop_input_writes, functionalize
+from fxdeploy.capture.state import eval_mode
 from fxdeploy.capture.widen import widen
 from fxdeploy.errors import CaptureError
 from fxdeploy.settings import Settings
@@ -134,7 +135,8 @@ def capture(
 def _capturing(model: torch.nn.Module) -> Iterator[None]:
     """What capture runs under: eval mode, no autograd, every submodule's state given back after,
     and the warnings torch raises during export that no user can act on held back."""
-    with eval_mode(model), module_state(model), torch.no_grad(), warnings.catch_warnings():
+    with eval_mode(model), module_state(model), state.kept_values(model), torch.no_grad(), \
+            warnings.catch_warnings():
         # torch 2.13's own pytree deprecation, raised inside torch.export; nothing a user can act on
         warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*", category=FutureWarning)
         # torchvision 0.29's fake nms kernel calls a renamed torch API; nothing a user can act on
@@ -152,17 +154,21 @@ def _run_eagerly(
     the substituted functions it called (which only a strict capture substitutes). It runs on
     copies of the example: a model that writes into its inputs leaves the user's example unchanged,
     and the capture and the artifact's check see the example as given."""
-    args, kwargs = pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
     functions = [s for s in subs if not s.is_method]
-    with substitution.on_instances(model, subs) as applied, substitution.watch_calls(functions) as watch:
+
+    def run() -> Any:  # once, or twice where it wrote a buffer (state.run_once)
+        copies, kw = pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
         try:
-            return model(*args, **kwargs), watch.hits
+            return model(*copies, **kw)
         except Exception as exc:
             raise CaptureError(
                 f"{type(model).__name__} failed when run eagerly on the example inputs"
                 f"{' with substitutions ' + ', '.join(applied) if applied else ''}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+
+    with substitution.on_instances(model, subs) as applied, substitution.watch_calls(functions) as watch:
+        return state.run_once(model, run), watch.hits
 
 
 def _lift_minimums(captured: Captured, lifted: dict[str, int]) -> None:
@@ -287,14 +293,3 @@ def _flatten(
         exported_program=ep,
     )
 
-
-@contextlib.contextmanager
-def eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """Deployment means inference: capture in eval mode, and give the model back as it was."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training

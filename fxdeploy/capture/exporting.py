@@ -21,7 +21,7 @@ import torch._functorch.config
 from torch._guards import detect_fake_mode
 from torch.utils import _pytree as pytree
 
-from fxdeploy.capture import branches, emptied, substitution
+from fxdeploy.capture import branches, decisions, emptied, substitution
 from fxdeploy.capture.batch_watch import stopping_when_fixed
 from fxdeploy.capture.errors import explain
 from fxdeploy.capture.real_values import offsets_unguarded
@@ -57,7 +57,7 @@ def export(
             if not watch.hits:
                 return ep, "non_strict", applied
             logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
-        except emptied.OtherSide:
+        except (emptied.OtherSide, decisions.ValueDecided):
             raise  # it names the line; strict mode would decide the branch the same way
         except Exception as exc:  # noqa: BLE001 - re-raised with an explanation, or retried strict
             hit = watch is not None and bool(watch.hits)  # in "auto", the first hit stops the trace
@@ -73,7 +73,7 @@ def export(
     try:
         with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns:
             ep = _decided_by_example(model, args, kwargs, shapes, strict=True, real_values=real_values)
-    except emptied.OtherSide:
+    except (emptied.OtherSide, decisions.ValueDecided):
         raise
     except Exception as exc:  # noqa: BLE001
         error = CaptureError(explain(exc, model, subs))
@@ -99,7 +99,7 @@ def _decided_by_example(
     if not real_values:
         with module_state(model), _quiet(), stacks(), watch:
             try:
-                return torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
+                return _autocast_inlined(torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict))
             except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
                 text = f"{type(exc).__name__} {exc}"
                 if "GuardOnDataDependentSymNode" not in text and "Could not guard on data-dependent" not in text:
@@ -108,7 +108,7 @@ def _decided_by_example(
     logger.info("a Python branch reads a data-dependent size; capturing with the example's values")
     with module_state(model), _parameters_as_buffers(model), _quiet(), stacks(), \
             stopping_when_fixed(None if strict else batch), offsets_unguarded(), \
-            torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True):
+            torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True), decisions.recorded() as decided:
         try:
             ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
         except Exception as second:  # noqa: BLE001
@@ -123,6 +123,7 @@ def _decided_by_example(
             raise first from None  # the data-dependent branch is what the user can act on
     if _branches_on_values(ep.graph):  # only sizes may decide: a value's branch differs per input
         raise first or CaptureError("a Python branch reads a tensor's value, which the example decided")
+    decisions.refuse_values(decided, ep, model)  # the ones that left no assert (a float, an item dynamo dropped)
     for node in ep.graph.nodes:  # the real values decided the branches; passes re-derive shapes only
         for value in pytree.tree_leaves(node.meta.get("val")):
             if isinstance(value, torch.Tensor) and getattr(value, "real_tensor", None) is not None:
@@ -132,6 +133,15 @@ def _decided_by_example(
         mode.propagate_real_tensors = False
     with module_state(model):
         emptied.check(ep, model, args, kwargs)
+    return _autocast_inlined(ep)
+
+
+def _autocast_inlined(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """torch.export keeps a ``torch.autocast`` region in forward as one higher-order op over a
+    submodule, which TorchScript cannot compile and no pass sees into; the program retraced spells
+    the region's casts as ATen ops (``_to_copy`` to bfloat16 around the linear), as eager runs it."""
+    if any(node.target is torch.ops.higher_order.wrap_with_autocast for node in ep.graph.nodes):
+        return ep.run_decompositions({})
     return ep
 
 

@@ -28,15 +28,16 @@ def check_artifact(
 ) -> list[dict[str, Any]]:
     """Eager model vs artifact at the example, min, opt and max shapes (see fxdeploy.parity.verify)."""
     leaves = deployed.manifest["output_leaves"]
+    atol = closeness.tolerance(settings, gm)
     example_want = None
     if captured.substitutions:  # the references below run them too
         example = captured.batch_inputs if captured.per_image is not None else captured.example_inputs
         with stage("check against the model without substitutions", deployed.target):
             excused = verify.against_original(deployed, model, example, captured.in_spec, captured.substitutions,
-                                              closeness.tolerance(settings))
+                                              atol)
         deployed.manifest["info"]["original_check"] = {"shapes": [list(x.shape) for x in example], "excused": excused}
     if captured.per_image is not None:
-        return _verify_per_image(deployed, captured, model, subs, settings, leaves)
+        return _verify_per_image(deployed, captured, model, subs, settings, leaves, atol)
     if captured.mode == "strict" and captured.substitutions:
         # dynamo-only function substitutions: eager cannot apply them, so the reference is the
         # captured graph run by PyTorch, compared with the raw engine outputs.
@@ -59,7 +60,7 @@ def check_artifact(
     def run_checks() -> list[dict[str, Any]]:
         return verify.run_checks(
             deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
-            deployed_fn, eager_fn, closeness.tolerance(settings), flags, settings.precision, example_want,
+            deployed_fn, eager_fn, atol, flags, settings.precision, example_want,
             captured.input_names, captured.guards,
         )
 
@@ -117,7 +118,7 @@ def _eager_call(
 
 def _verify_per_image(
     deployed: Deployed, captured: Captured, model: torch.nn.Module, subs: list[substitution.Substitution],
-    settings: Settings, leaves: list[dict[str, Any]],
+    settings: Settings, leaves: list[dict[str, Any]], atol: float,
 ) -> list[dict[str, Any]]:
     """A per-image capture is checked as the user calls it: whole batches at the batch's min, opt
     and max (``_per_image_sizes``). Where the engine runs image by image, the reference is the
@@ -149,7 +150,7 @@ def _verify_per_image(
             tiled = rows.specs(visible, inputs[0].shape[0]) if info["join"]["kind"] == "concat" else None
             got = deployed.call_flat(inputs, unpack=False)
             try:
-                checked = verify.compare(label, inputs, got, want, closeness.tolerance(settings), deployed.target,
+                checked = verify.compare(label, inputs, got, want, atol, deployed.target,
                                          tiled, settings.precision)
             except LoweringError as exc:
                 raise LoweringError(f"{exc}\n  {_PER_IMAGE_HINT}") from exc

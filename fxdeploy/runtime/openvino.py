@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fxdeploy.errors import ArtifactError, TargetUnavailableError
+from fxdeploy.errors import ArtifactError, LoweringError, TargetUnavailableError
 from fxdeploy.runtime.executor import Executor, stream_count
 from fxdeploy.runtime.openvino_static import StaticShapes
 from fxdeploy.settings import Settings
 
+_FAILED_OP = re.compile(r"^-- (\S+) with a message:\n(.*?)(?:\n\n|\Z)", re.M | re.S)
+"""One block of the ONNX frontend's "Model wasn't fully converted" log: the op, then its check,
+node and reason, the reason last."""
 _PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "f32"}  # int8: its float region in f32
 
 
@@ -51,7 +55,7 @@ class OpenVinoExecutor(Executor):
         positions = {name: i for i, port in enumerate(self.compiled.outputs) for name in port.get_names()}
         self._outputs = [positions[name] for name in self.output_names]
         self._inputs = {name: i for i, port in enumerate(self.compiled.inputs) for name in port.get_names()}
-        self._tensor = openvino.Tensor
+        self._tensor, self._bf16 = openvino.Tensor, openvino.Type.bf16
         self._local = threading.local()
         self.settings, self.model_path, self._core = settings, model_path, core
         self._streamed: dict[int, Any] = {}
@@ -96,12 +100,24 @@ class OpenVinoExecutor(Executor):
                 raise ArtifactError(
                     f"openvino: the compiled model has no input {name!r} (it has {sorted(self._inputs)})"
                 )
-            request.set_input_tensor(index, self._tensor(value.numpy(), shared_memory=True))
+            request.set_input_tensor(index, self._as_tensor(value))
+
+    def _as_tensor(self, value: torch.Tensor) -> Any:
+        """An OpenVINO tensor sharing ``value``'s memory; bfloat16, which numpy lacks, as its bits."""
+        if value.dtype != torch.bfloat16:
+            return self._tensor(value.numpy(), shared_memory=True)
+        bits = value.contiguous().view(torch.int16).numpy()
+        return self._tensor(bits, list(value.shape), self._bf16)
 
     def _read(self, request: Any) -> dict[str, torch.Tensor]:
-        """Outputs copied out of the request's buffers (its next call reuses them)."""
-        outputs = zip(self.output_names, self._outputs, strict=True)
-        return {name: torch.from_numpy(request.get_output_tensor(index).data.copy()) for name, index in outputs}
+        """Outputs copied out of the request's buffers (its next call reuses them). A bfloat16
+        output's ``data`` is its bits typed as numpy's float16: read back as bfloat16."""
+        outputs = []
+        for name, index in zip(self.output_names, self._outputs, strict=True):
+            tensor = request.get_output_tensor(index)
+            value = torch.from_numpy(tensor.data.copy())
+            outputs.append((name, value.view(torch.bfloat16) if tensor.element_type == self._bf16 else value))
+        return dict(outputs)
 
     def run_images(self, images: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
         """Per-image artifacts: ``streams`` images at once, on a second CompiledModel with that many
@@ -143,7 +159,19 @@ def read_model(core: Any, model: Path | bytes) -> Any:
     except on the TopKs that multiclass_nms marks tie-free (``TIE_FREE``): their result does not
     depend on the order of ties, and OpenVINO's stable TopK costs tens of times its unstable one.
     """
-    return with_stable_topks(core.read_model(model if isinstance(model, bytes) else str(model)))
+    try:
+        ov_model = core.read_model(model if isinstance(model, bytes) else str(model))
+    except RuntimeError as exc:
+        failed = _FAILED_OP.findall(str(exc))
+        if not failed:
+            raise
+        ops = "; ".join(f"{op} ({block.strip().splitlines()[-1]})" for op, block in failed)
+        raise LoweringError(
+            f"openvino: OpenVINO's ONNX frontend could not convert op(s) of the model: {ops}. It lacks them at "
+            "these types or shapes (a dynamic size among them, where one is declared): use target 'onnxruntime' "
+            "or 'torchscript', or lower for OpenVINO at fixed sizes"
+        ) from exc
+    return with_stable_topks(ov_model)
 
 
 def with_stable_topks(ov_model: Any) -> Any:

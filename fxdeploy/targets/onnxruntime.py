@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
+import torch
+
 from fxdeploy.artifact.manifest import Manifest
+from fxdeploy.capture.frames import internal, source, text_frames
+from fxdeploy.errors import LoweringError
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -41,6 +46,7 @@ def lower_onnx(job: LoweringJob, *, flavour: str = "standard", opset: int = OPSE
 
 def lower(job: LoweringJob) -> Lowered:
     """The ONNX; for INT8, quantized by ONNX Runtime's quantize_static (fxdeploy.quantize.onnxruntime)."""
+    _refuse_bfloat16(job.graph_module)
     lowered = lower_onnx(job)
     if job.calibration is not None:
         from fxdeploy.quantize.onnxruntime import quantize
@@ -48,6 +54,28 @@ def lower(job: LoweringJob) -> Lowered:
         with stage("int8 calibration", "onnxruntime"):
             lowered.info["int8"] = quantize(job.out_dir / "model.onnx", job.calibration)
     return lowered
+
+
+def _refuse_bfloat16(gm: torch.fx.GraphModule) -> None:
+    """ONNX Runtime's CPU provider has bfloat16 kernels for a few ops only (no Gemm, no Conv), and
+    its Python API passes no bfloat16 arrays in or out: a graph holding bfloat16 (a model cast with
+    ``.bfloat16()``, a ``torch.autocast`` region) is refused here, naming where, not by a kernel
+    lookup at load time."""
+    calling = {(frame.filename, frame.lineno) for frame in traceback.extract_stack()}
+    for node in gm.graph.nodes:
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.bfloat16:
+            continue
+        # a region torch retraced (autocast) records the retrace's stack: the call of lower() is no source line
+        frames = [f for f in text_frames(node.meta.get("stack_trace", "")) if not internal(f.file)
+                  and (f.file, f.line) not in calling]
+        where = f" at {frames[-1]} (`{source(frames[-1])}`)" if frames else ""
+        raise LoweringError(
+            f"the model computes in bfloat16 ({node.name!r}{where}). ONNX Runtime's "
+            "CPU provider has bfloat16 kernels for a few ops only and passes no bfloat16 arrays: use target "
+            "'openvino' or 'torchscript', which run bfloat16, or lower the model in float32 (model.float(), "
+            "no bfloat16 autocast)"
+        )
 
 
 def load(directory: Path, manifest: Manifest, settings: Settings) -> Executor:

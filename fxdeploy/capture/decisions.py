@@ -1,0 +1,103 @@
+"""The branches that the example's values decided in a capture with real values, read from torch's
+own record of each decision, and a refusal of those that read a tensor's value.
+
+Where the example decides a branch (``exporting._decided_by_example``), torch logs each decision it
+took from the real values (``propagate_real_tensors evaluate_expr(u0 > 50) -> False``) and turns it
+into a runtime assert. That assert does not always reach the graph: a decision on a float
+(``if x.max().item() > 50``) gets none, and dynamo's dead-code elimination drops the ``item`` an
+int's assert reads when only Python used it. The log line is the one record that stays. A decision
+on a selection's size (a size-like symbol: the rows a mask or an NMS kept) is fxdeploy's to make and
+lower() checks it; one on a tensor's value (``t.item()``, ``int(t)``, ``float(t)``) would hold for the
+example only, and is refused naming its line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+
+from fxdeploy.capture.branches import Guard, explain
+from fxdeploy.capture.frames import Frame, internal
+from fxdeploy.errors import CaptureError
+
+_LOGGER = "torch.fx.experimental.symbolic_shapes"
+_DECISION = "propagate_real_tensors evaluate_expr"
+
+
+class ValueDecided(CaptureError):
+    """The example's values decided a branch on a tensor's value; the message names its line."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    expression: sympy.Basic
+    result: Any
+    frames: tuple[Frame, ...]
+    """The user's frames, outermost first (Python's stack, or dynamo's record of the user's)."""
+
+
+class _Recorder(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.decisions: list[Decision] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, str) and record.msg.startswith(_DECISION) and len(record.args or ()) == 2:
+            expression, result = record.args  # type: ignore[misc]
+            self.decisions.append(Decision(expression, result, _user_frames()))
+
+
+def _user_frames() -> tuple[Frame, ...]:
+    # dynamo runs the user's bytecode itself, so its tracing context holds the user's stack; a
+    # non-strict capture runs the model's Python, so the interpreter's stack does
+    stack = torch._guards.TracingContext.extract_stack() or traceback.extract_stack()
+    return tuple(Frame(f.filename, f.lineno or 0, f.name) for f in stack if not internal(f.filename))
+
+
+@contextlib.contextmanager
+def recorded() -> Iterator[list[Decision]]:
+    """The decisions torch logs inside the block; its logger is heard only here (its own handlers,
+    torch's console ones among them, are held aside meanwhile), never on the console."""
+    logger = logging.getLogger(_LOGGER)
+    recorder = _Recorder()
+    level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
+    logger.handlers = [recorder]
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    try:
+        yield recorder.decisions
+    finally:
+        logger.handlers = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def refuse_values(decisions: list[Decision], ep: torch.export.ExportedProgram, model: Any) -> None:
+    """Raise ``ValueDecided`` for the first decision that read a tensor's value: a float symbol, or
+    an int one torch does not know to be a size."""
+    sizes = _size_like(ep)
+    for decision in decisions:
+        values = sorted(
+            s.name for s in decision.expression.free_symbols
+            if s.name.startswith("zuf") or (s.name.startswith("u") and s not in sizes)
+        )
+        if not values:
+            continue
+        guard = Guard(str(decision.expression), tuple(values), decision.frames)
+        lines = [f"fxdeploy could not capture {type(model).__name__}:", *explain(guard)]
+        lines.append(f"  (the example took the side where {decision.expression} is {decision.result}; an artifact "
+                     "would take it for every input)")
+        raise ValueDecided("\n".join(lines))
+
+
+def _size_like(ep: torch.export.ExportedProgram) -> set[sympy.Symbol]:
+    mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+    shape_env = getattr(mode, "shape_env", None)
+    return set(getattr(shape_env, "size_like", ()))
