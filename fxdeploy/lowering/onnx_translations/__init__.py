@@ -24,7 +24,9 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
       suppresses at IoU == threshold where the contract does not; ``aten.topk`` without a stable
       TopK over its whole axis (``topk.py``).
     - ``efficient_nms_trt``: TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
-    Every flavour writes shifts of unsigned integers as BitShift (``shifts.py``).
+    Every flavour writes shifts of unsigned integers as BitShift (``shifts.py``), and ``atan2`` and a real
+    ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
+    rule (``histc.py``).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
     """
@@ -54,9 +56,14 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
 
         table[torch.ops.aten._softmax.default] = softmax_standard
         table[torch.ops.aten.softmax.int] = softmax_int_standard
+    from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
+    from fxdeploy.lowering.onnx_translations.histc import histc
     from fxdeploy.lowering.onnx_translations.shifts import left_shift, right_shift
 
     aten = torch.ops.aten
+    table[aten.atan2.default] = atan2
+    table[aten.angle.default] = angle
+    table[aten.histc.default] = histc
     for overload in (aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
                      aten.bitwise_left_shift.Tensor_Scalar):
         table[overload] = left_shift
