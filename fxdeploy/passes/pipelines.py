@@ -8,6 +8,7 @@ from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
 from fxdeploy.passes.fold_batch_norm import fold_batch_norm
+from fxdeploy.passes.full_spectrum_rffts import full_spectrum_rffts
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
 from fxdeploy.passes.ncnn.constant_lookups import constant_lookups
 from fxdeploy.passes.ncnn.einsum_products import einsum_products
@@ -69,11 +70,12 @@ ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, query_sized_masks, pad_compactions, topk_of_selection, precision_policy,
     exact_score_sigmoid, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
 )
-# OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool; it
-# changes no outputs, so anywhere after cleanup).
+# OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
+# its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
+# so anywhere after cleanup.
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, whole_input_pool, pad_compactions, topk_of_selection, precision_policy,
-    scatters_as_slices, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, whole_input_pool, full_spectrum_rffts, pad_compactions, topk_of_selection,
+    precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

@@ -253,7 +253,19 @@ KEY_PADDING_ATTENTION = Program(
 and additive with -inf), which ONNX Runtime's Attention kernel refuses (``query_sized_masks``); the
 additive mask written into after the attention."""
 
+REAL_FFTS = Program(
+    body=(
+        "s = torch.fft.rfft(x0, dim=-1)",
+        "t = torch.fft.rfft(x0 * 2, n=5, dim=1, norm='ortho')",
+        "return (torch.view_as_real(s), s.abs(), torch.view_as_real(t))",
+    ),
+    inputs=(Input("x0", (2, 6, 8), dynamic=True),),
+)
+"""Real FFTs, one-sided, over the last dim and over another one cut to n = 5 (an odd size's half),
+which OpenVINO imports with a unit dim too many (``full_spectrum_rffts``)."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
+    "real_ffts": (REAL_FFTS, {"full_spectrum_rffts"}),
     "key_padding_attention": (KEY_PADDING_ATTENTION, {"query_sized_masks"}),
     "empty_cat_inputs": (EMPTY_CAT_INPUTS, {"empty_cat_inputs"}),
     "clip_head": (CLIP_HEAD, {"functional_spellings", "einsum_products", "integer_powers"}),

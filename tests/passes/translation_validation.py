@@ -69,6 +69,8 @@ REASSOCIATING: dict[str, Closeness] = {
     # avg_pool2d over the whole input as mean(x, [-2, -1]): the same sum over the same area, added in
     # another order (seen: 1 ulp).
     "whole_input_pool": Closeness(1e-6, 1e-6),
+    # rfft as the first half of a complex fft: the same sums, by another FFT plan (seen: 2.4e-7).
+    "full_spectrum_rffts": Closeness(1e-6, 1e-6),
 }
 """Passes whose rewrite may round a float differently, and by how much. Every other pass is exact."""
 FP16 = Closeness(1e-2, 1e-2)
