@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import torch
 
+from fxdeploy.errors import LoweringError
 from fxdeploy.runtime.executor import Executor, stream_count
 from fxdeploy.runtime.executor import to_torch as _to_torch
 from fxdeploy.settings import Settings
@@ -67,7 +69,20 @@ def _session(model_path: Path, threads: int) -> Any:
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 4  # a failing kernel's error comes back as the exception fxdeploy relays
-    return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - a missing kernel is said in fxdeploy's words, the rest relayed
+        missing = _NO_KERNEL.search(str(exc))
+        if missing is None:
+            raise
+        raise LoweringError(
+            f"onnxruntime: its CPU provider has no kernel for {missing['op']} at the element types this graph "
+            f"gives it (node {missing['node']!r}; float64 and bfloat16 lack many): compute that op in float32, "
+            "or use target 'openvino' or 'torchscript'"
+        ) from exc
+
+
+_NO_KERNEL = re.compile(r"Could not find an implementation for (?P<op>\S+?) node with name '(?P<node>[^']*)'")
 
 
 def version() -> str | None:

@@ -6,6 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+
+import fxdeploy
+from fxdeploy.errors import LoweringError
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -35,3 +39,17 @@ def test_a_failing_kernel_raises_and_keeps_the_console_quiet(tmp_path: Path, cap
         session.run(None, {"x": x, "shape": np.array([4, 4])})
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+class DoubleAtan(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.double().atan().float()
+
+
+def test_a_kernel_the_cpu_provider_lacks_is_named_with_what_to_do() -> None:
+    """ONNX Runtime has no float64 Atan: its session refuses the graph when it loads; said, not relayed raw."""
+    with pytest.raises(LoweringError) as info:
+        fxdeploy.lower(DoubleAtan().eval(), (torch.randn(3, 4),), target="onnxruntime")
+    message = str(info.value)
+    assert "its CPU provider has no kernel for Atan(" in message and "node 'node_atan'" in message, message
+    assert "use target 'openvino' or 'torchscript'" in message and "did not expect" not in message, message
