@@ -253,7 +253,20 @@ KEY_PADDING_ATTENTION = Program(
 and additive with -inf), which ONNX Runtime's Attention kernel refuses (``query_sized_masks``); the
 additive mask written into after the attention."""
 
+HALF_COMPARISONS = Program(
+    body=(
+        "h = x0.half()",
+        "a = (h >= 0.1).float()",
+        "b = (h * 3 > x1.half()).float() + (h.t().reshape(-1) <= torch.tensor(0.3)).float().sum()",
+        "return (a, b, h.float())",
+    ),
+    inputs=(Input("x0", (3, 5)), Input("x1", (3, 5))),
+)
+"""A model that compares in half itself: a number and a 0-d tensor rounded to half
+(``half_comparison_scalars``), and every half value compared rounded in float32 ops (``half_rounding``)."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
+    "half_comparisons": (HALF_COMPARISONS, {"half_comparison_scalars", "half_rounding"}),
     "key_padding_attention": (KEY_PADDING_ATTENTION, {"query_sized_masks"}),
     "empty_cat_inputs": (EMPTY_CAT_INPUTS, {"empty_cat_inputs"}),
     "clip_head": (CLIP_HEAD, {"functional_spellings", "einsum_products", "integer_powers"}),
