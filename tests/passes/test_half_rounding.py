@@ -60,6 +60,14 @@ def test_moves_are_not_rounded_and_other_precisions_are_left() -> None:
     assert op_histogram(gm)["aten.round.default"] == 1
 
 
-def test_a_graph_without_half_comparisons_is_left() -> None:
-    gm = _graph(lambda x: (x.half() * 3).float() > 0.25, torch.tensor([0.1, 0.2]))
+def test_half_values_compared_after_a_conversion_are_rounded() -> None:
+    x = torch.tensor([0.1, 0.2, 0.0999755859375])
+    gm = _graph(lambda x: (x.half() * 3).float() > 0.29990234375, x)
+    gm = applied(half_rounding, gm)
+    assert op_histogram(gm)["aten.round.default"] == 2  # x.half() and the product
+    assert torch.equal(gm(x), (x.half() * 3).float() > 0.29990234375)
+
+
+def test_a_graph_without_comparisons_is_left() -> None:
+    gm = _graph(lambda x: (x.half() * 3).float(), torch.tensor([0.1, 0.2]))
     assert not half_rounding(gm, Settings()).modified
