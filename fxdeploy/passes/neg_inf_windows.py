@@ -83,15 +83,15 @@ def may_hold_neg_inf(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     holds: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
         value = node.meta.get("val")
-        floating = isinstance(value, torch.Tensor) and value.is_floating_point()
+        floating = value is None or isinstance(value, torch.Tensor) and value.is_floating_point()  # None: unknown
         if isinstance(value, (tuple, list)):  # max.dim, max_pool_with_indices: the values carry it
             floating = any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in value)
         if not floating or node.op in ("placeholder", "output"):
             continue
         if node.op == "get_attr":
             held = _attribute(gm, node)
-            if isinstance(held, torch.Tensor) and held.is_floating_point() and bool(torch.isneginf(held).any()):
-                holds.add(node)
+            if not isinstance(held, torch.Tensor) or held.is_meta or bool(torch.isneginf(held).any()):
+                holds.add(node)  # unknown or data-less: it may hold -inf
             continue
         name = node.target.__name__.split(".")[0] if hasattr(node.target, "__name__") else str(node.target)
         if name in NEVER_NEG_INF or _finite_floor(name, node):
