@@ -9,6 +9,8 @@ from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
 from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.full_spectrum_rffts import full_spectrum_rffts
+from fxdeploy.passes.half_comparison_scalars import half_comparison_scalars
+from fxdeploy.passes.half_rounding import half_rounding
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
 from fxdeploy.passes.ncnn.constant_lookups import constant_lookups
 from fxdeploy.passes.ncnn.einsum_products import einsum_products
@@ -25,6 +27,7 @@ from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
+from fxdeploy.passes.neg_inf_windows import neg_inf_windows
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.query_sized_masks import query_sized_masks
@@ -66,16 +69,26 @@ ONNX: tuple[Pass, ...] = (
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
 # and after precision_policy (which keeps sigmoids in fp32 by name). Its Attention kernel refuses a
 # mask broadcast over the queries (query_sized_masks; it changes no outputs, so anywhere after cleanup).
+# Its CPU provider has no f16 kernel for most ops: it computes them in f32 between casts it inserts,
+# and removes each Cast f32 -> f16 -> f32 pair (even with graph optimizations off), so the model's
+# own half values go unrounded: half_rounding, as on OpenVINO below.
+# neg_inf_windows after pad_compactions and precision_policy (it guards the max pools and
+# reductions of the final graph, in their final dtype): ONNX Runtime's padded MaxPool and OpenVINO's
+# MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only.
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, query_sized_masks, pad_compactions, topk_of_selection, precision_policy,
-    exact_score_sigmoid, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, query_sized_masks, half_comparison_scalars, pad_compactions, topk_of_selection,
+    precision_policy, exact_score_sigmoid, neg_inf_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
+    tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
-# so anywhere after cleanup.
+# so anywhere after cleanup. Its CPU plugin computes f16 in f32 and drops the Cast to f16:
+# half_rounding spells the rounding of the half values a comparison reads, after
+# half_comparison_scalars (whose casts to half it rounds too) and the passes that make comparisons.
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, whole_input_pool, full_spectrum_rffts, pad_compactions, topk_of_selection,
-    precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, whole_input_pool, full_spectrum_rffts, half_comparison_scalars, pad_compactions,
+    topk_of_selection, precision_policy, neg_inf_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
+    tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

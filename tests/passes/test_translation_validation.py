@@ -264,7 +264,32 @@ REAL_FFTS = Program(
 """Real FFTs, one-sided, over the last dim and over another one cut to n = 5 (an odd size's half),
 which OpenVINO imports with a unit dim too many (``full_spectrum_rffts``)."""
 
+HALF_COMPARISONS = Program(
+    body=(
+        "h = x0.half()",
+        "a = (h >= 0.1).float()",
+        "b = (h * 3 > x1.half()).float() + (h.t().reshape(-1) <= torch.tensor(0.3)).float().sum()",
+        "return (a, b, h.float())",
+    ),
+    inputs=(Input("x0", (3, 5)), Input("x1", (3, 5))),
+)
+"""A model that compares in half itself: a number and a 0-d tensor rounded to half
+(``half_comparison_scalars``), and every half value compared rounded in float32 ops (``half_rounding``)."""
+
+MASKED_MAXES = Program(
+    body=(
+        "y = x0.masked_fill(x1 > 0.3, float('-inf'))",
+        "p = F.max_pool2d(y, 3, 1, 1)",
+        "m = y.amax(-1)",
+        "return (torch.where(torch.isinf(p), torch.zeros_like(p), p), m, y.max(-1).values, F.max_pool2d(y, 2, 2))",
+    ),
+    inputs=(Input("x0", (2, 3, 4, 4), dynamic=True), Input("x1", (2, 3, 4, 4), dynamic=True)),
+)
+"""Max pools and reductions over a -inf mask, then an ``isinf`` guard (``neg_inf_windows``)."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
+    "masked_maxes": (MASKED_MAXES, {"neg_inf_windows"}),
+    "half_comparisons": (HALF_COMPARISONS, {"half_comparison_scalars", "half_rounding"}),
     "real_ffts": (REAL_FFTS, {"full_spectrum_rffts"}),
     "key_padding_attention": (KEY_PADDING_ATTENTION, {"query_sized_masks"}),
     "empty_cat_inputs": (EMPTY_CAT_INPUTS, {"empty_cat_inputs"}),

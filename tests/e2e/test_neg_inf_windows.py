@@ -1,0 +1,70 @@
+"""A max over windows the model fills with -inf is -inf where a window holds only -inf, as in eager
+(``neg_inf_windows``). Before, ONNX Runtime's padded MaxPool and OpenVINO's MaxPool and ReduceMax
+gave -3.4028235e38 there, which a ``where(isinf(m), 0, m)`` guard let through; lower()'s check, on
+an example without such a window, passed them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fxdeploy
+from tests.helpers import require_target
+
+TARGETS = ("onnxruntime", "openvino", "torchscript")
+
+
+class MaskedMaxes(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x.masked_fill(mask, float("-inf"))
+        z = torch.where(mask, float("-inf"), x)
+        padded = F.max_pool2d(y, 3, 1, 1)
+        guarded = torch.where(torch.isinf(padded), torch.zeros_like(padded), padded)
+        pooled, _ = F.max_pool2d(z, 2, return_indices=True)
+        return (guarded, padded, pooled, F.max_pool2d(y, 3, 2, ceil_mode=True), F.max_pool1d(z.flatten(2), 4),
+                y.amax(-1), y.max(-1).values, y[:, 1].max())
+
+
+class LogMaxes(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.log(torch.relu(x))
+        return F.max_pool2d(y, 3, 1, 1), y.amax((-2, -1))
+
+
+def _masks() -> tuple[torch.Tensor, torch.Tensor]:
+    """An ordinary example mask (one element), and one that masks whole windows, rows and a channel."""
+    example = torch.zeros(2, 3, 6, 6, dtype=torch.bool)
+    example[0, 0, 0, 0] = True
+    edge = torch.zeros(2, 3, 6, 6, dtype=torch.bool)
+    edge[0, 0, :3, :3] = True
+    edge[0, 2, 4] = True
+    edge[1, 1] = True
+    return example, edge
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_windows_masked_whole_are_neg_inf(target: str) -> None:
+    require_target(target)
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6)
+    example, edge = _masks()
+    model = MaskedMaxes()
+    deployed = fxdeploy.lower(model, (x, example), target=target)
+    for got, want in zip(deployed(x, edge), model(x, edge), strict=True):
+        assert torch.equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_windows_of_log_zero_are_neg_inf(target: str) -> None:
+    require_target(target)
+    torch.manual_seed(0)
+    model = LogMaxes()
+    deployed = fxdeploy.lower(model, (torch.rand(1, 2, 5, 5) + 0.5,), target=target)
+    x = torch.rand(1, 2, 5, 5) + 0.5
+    x[0, 0, :2, :2] = -1.0  # relu -> 0, log -> -inf: the corner window is -inf only
+    x[0, 1] = 0.0
+    for got, want in zip(deployed(x), model(x), strict=True):
+        assert torch.equal(got.isneginf(), want.isneginf()), (got, want)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)  # ONNX Runtime's Log is not torch's to the bit
