@@ -155,10 +155,10 @@ def input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expec
         got = [extractor.extract(f"out{k}") for k in range(len(expected))]  # an empty Mat: a layer gave up
         errors = [
             "missing" if code != 0 or mat.dims == 0 else "size" if np.array(mat).size != want.size
-            else float(np.abs(np.array(mat).reshape(want.shape) - want).max())
+            else _max_error(np.array(mat).reshape(want.shape), want)
             for (code, mat), want in zip(got, expected, strict=True)
         ]
-        scale = max((float(np.abs(want).max()) for want in expected if want.size), default=1.0)
+        scale = max((float(np.abs(want[np.isfinite(want)]).max(initial=0.0)) for want in expected), default=1.0)
         if all(isinstance(e, float) and e <= 1e-3 * max(1.0, scale) for e in errors):
             return batched
         problems.append(f"{'with' if batched else 'without'} the batch axis: output errors {errors}")
@@ -171,3 +171,14 @@ def input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expec
            ". pnnx placed the batch axis differently from the graph")
         + "; onnxruntime, openvino and torchscript run it (fxdeploy.lower(..., target='onnxruntime'))"
     )
+
+
+def _max_error(got, want) -> float:
+    """The largest |got - want|; equal infinities (and NaN against NaN) count as equal, unequal ones as inf."""
+    import numpy as np
+
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(got - want))
+    return float(np.where(np.isnan(diff), np.inf, diff).max(initial=0.0))
