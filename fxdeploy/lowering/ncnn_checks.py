@@ -173,7 +173,7 @@ def input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expec
     )
 
 
-def _max_error(got, want) -> float:
+def _max_error(got: Any, want: Any) -> float:
     """The largest |got - want|; equal infinities (and NaN against NaN) count as equal, unequal ones as inf."""
     import numpy as np
 
