@@ -27,7 +27,7 @@ from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
-from fxdeploy.passes.neg_inf_windows import neg_inf_windows
+from fxdeploy.passes.infinite_windows import infinite_windows
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.query_sized_masks import query_sized_masks
@@ -72,12 +72,13 @@ ONNX: tuple[Pass, ...] = (
 # Its CPU provider has no f16 kernel for most ops: it computes them in f32 between casts it inserts,
 # and removes each Cast f32 -> f16 -> f32 pair (even with graph optimizations off), so the model's
 # own half values go unrounded: half_rounding, as on OpenVINO below.
-# neg_inf_windows after pad_compactions and precision_policy (it guards the max pools and
+# infinite_windows after pad_compactions and precision_policy (it guards the max pools and
 # reductions of the final graph, in their final dtype): ONNX Runtime's padded MaxPool and OpenVINO's
-# MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only.
+# MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
+# ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, query_sized_masks, half_comparison_scalars, pad_compactions, topk_of_selection,
-    precision_policy, exact_score_sigmoid, neg_inf_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
+    precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
     tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
@@ -87,7 +88,7 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # half_comparison_scalars (whose casts to half it rounds too) and the passes that make comparisons.
 OPENVINO: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, whole_input_pool, full_spectrum_rffts, half_comparison_scalars, pad_compactions,
-    topk_of_selection, precision_policy, neg_inf_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
+    topk_of_selection, precision_policy, infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
     tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX

@@ -1,5 +1,5 @@
 """A max over windows the model fills with -inf is -inf where a window holds only -inf, as in eager
-(``neg_inf_windows``). Before, ONNX Runtime's padded MaxPool and OpenVINO's MaxPool and ReduceMax
+(``infinite_windows``). Before, ONNX Runtime's padded MaxPool and OpenVINO's MaxPool and ReduceMax
 gave -3.4028235e38 there, which a ``where(isinf(m), 0, m)`` guard let through; lower()'s check, on
 an example without such a window, passed them.
 """
@@ -27,6 +27,16 @@ class MaskedMaxes(torch.nn.Module):
                 y.amax(-1), y.max(-1).values, y[:, 1].max())
 
 
+class MaskedMinima(torch.nn.Module):
+    """The nearest valid entry's distance per row, and per image; an empty row gives +inf."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        distance = x.abs().masked_fill(mask, float("inf"))
+        nearest = distance.amin(-1)
+        return (torch.where(torch.isinf(nearest), torch.full_like(nearest, -1.0), nearest), distance.min(-1).values,
+                distance.min(-1).indices, distance.amin((-2, -1)), distance[:, 1].min())
+
+
 class LogMaxes(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         y = torch.log(torch.relu(x))
@@ -51,6 +61,18 @@ def test_windows_masked_whole_are_neg_inf(target: str) -> None:
     x = torch.randn(2, 3, 6, 6)
     example, edge = _masks()
     model = MaskedMaxes()
+    deployed = fxdeploy.lower(model, (x, example), target=target)
+    for got, want in zip(deployed(x, edge), model(x, edge), strict=True):
+        assert torch.equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rows_masked_whole_have_an_infinite_min(target: str) -> None:
+    require_target(target)
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6)
+    example, edge = _masks()
+    model = MaskedMinima()
     deployed = fxdeploy.lower(model, (x, example), target=target)
     for got, want in zip(deployed(x, edge), model(x, edge), strict=True):
         assert torch.equal(got, want), (got, want)
