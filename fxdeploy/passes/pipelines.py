@@ -11,6 +11,7 @@ from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.full_spectrum_rffts import full_spectrum_rffts
 from fxdeploy.passes.half_comparison_scalars import half_comparison_scalars
 from fxdeploy.passes.half_rounding import half_rounding
+from fxdeploy.passes.infinite_windows import infinite_windows
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
 from fxdeploy.passes.ncnn.constant_lookups import constant_lookups
 from fxdeploy.passes.ncnn.einsum_products import einsum_products
@@ -27,7 +28,6 @@ from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
-from fxdeploy.passes.infinite_windows import infinite_windows
 from fxdeploy.passes.padding import pad_compactions
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.query_sized_masks import query_sized_masks
