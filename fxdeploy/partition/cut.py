@@ -127,11 +127,15 @@ def split_parts(gm: GraphModule) -> SplitParts | None:
 
 def _stage_numbers(compute: list[Node], host: set[Node], copied: set[Node]) -> dict[Node, int]:
     """Engine stages even, host stages odd; a copied value has no stage of its own, but the
-    stages of the values it is computed from still count (a size of a host tensor)."""
+    stages of the values it is computed from still count (a size of a host tensor). An item of a
+    tuple (``max.dim``'s values) is taken in the stage that makes the tuple."""
     stage_of: dict[Node, int] = {}
     reach: dict[Node, int] = {}
     for node in compute:
         base = max((reach[a] for a in node.all_input_nodes if a in reach), default=0)
+        if packet(node) is operator.getitem and node.args[0] in stage_of:  # a stage hands over tensors, not tuples
+            stage_of[node] = reach[node] = stage_of[node.args[0]]
+            continue
         if node in copied:
             reach[node] = base
             continue

@@ -8,8 +8,9 @@ per-level candidate selection), and the views and elementwise ops computed from 
 host nodes only (the index expanded between a top-k and its gather; Faster R-CNN's level offsets
 on the top-k's indices, and the sigmoid, clip and size test of the proposals it gathered). With a
 dynamic height/width, tensors made from run-time sizes go too. So do a stepped write (pnnx
-spells it wrong) and the nodes the ncnn lowering marks (``FORCED``: their op has no ncnn layer
-in pnnx). Every other node runs on the engine. Each host node gets the reason it is there, which
+spells it wrong), a max or min over windows the graph can fill with an infinity (ncnn gives the
+lowest or highest finite float where eager gives the infinity: ``infinite_windows``), and the nodes
+the ncnn lowering marks (``FORCED``: their op has no ncnn layer in pnnx). Every other node runs on the engine. Each host node gets the reason it is there, which
 the lowering report shows.
 """
 
@@ -22,6 +23,7 @@ from torch.fx import GraphModule, Node
 
 from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
 from fxdeploy.passes.graph_utils import attribute
+from fxdeploy.passes.infinite_windows import check as infinite_window, infinities
 
 _aten = torch.ops.aten
 _SELECTIONS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.nonzero, _aten.scatter, _aten.cumsum})
@@ -90,6 +92,8 @@ BETWEEN_HOST_OPS = "only host ops read it, and it reads host values: in an engin
 COPIED_IN = ("copied in by the cut: a size, or a value made without the inputs, which no stage hands over (or a "
              "squeeze of a value handed over with a leading 1)")
 STEPPED_WRITE = "pnnx writes a stepped slice_scatter as ncnn's CopyTo, which ignores the step"
+INFINITE_WINDOW = ("the graph can fill its windows with an infinity, and over a window of infinities only ncnn gives "
+                   "the largest finite float (eager: the infinity)")
 MADE_FROM_SIZES = ("made from the image's run-time size: ncnn cannot make it, and pnnx folds it only at a fixed "
                    "size; the engine takes it as an input")
 
@@ -100,6 +104,8 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     nms = [n for n in gm.graph.nodes if is_nms(n, (MULTICLASS_NMS,))]
     forced = {n: n.meta[FORCED] for n in gm.graph.nodes if FORCED in n.meta}
     forced.update((n, STEPPED_WRITE) for n in gm.graph.nodes if _stepped_write(n) and n not in free)
+    holds = infinities(gm)
+    forced.update((n, INFINITE_WINDOW) for n in gm.graph.nodes if n not in free and infinite_window(n, holds) is None)
     seeds = [n for n in gm.graph.nodes if (packet(n) in _SELECTIONS and n not in free) or n in forced]
     reasons = dict.fromkeys(_made_from_sizes(gm, free), MADE_FROM_SIZES)
     if not nms and not seeds:

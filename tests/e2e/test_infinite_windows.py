@@ -90,3 +90,39 @@ def test_windows_of_log_zero_are_neg_inf(target: str) -> None:
     for got, want in zip(deployed(x), model(x), strict=True):
         assert torch.equal(got.isneginf(), want.isneginf()), (got, want)
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)  # ONNX Runtime's Log is not torch's to the bit
+
+
+class MaskedFeatures(torch.nn.Module):
+    """A feature map masked with -inf, pooled with padding, the infinities zeroed, then a conv; and
+    the nearest masked-in distance of its output per row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.head = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        pooled = F.max_pool2d(self.stem(x).masked_fill(mask, float("-inf")), 3, 1, 1)
+        features = self.head(torch.where(torch.isinf(pooled), torch.zeros_like(pooled), pooled))
+        distance = features.abs().masked_fill(mask, float("inf"))
+        return features, distance.min(-1).values, distance.amin((-2, -1))
+
+
+def test_ncnn_takes_maxes_and_mins_over_infinite_windows_on_the_host() -> None:
+    """ncnn's padded pooling and its min give the largest finite float over a window of infinities
+    only (1.5e38 off in ``features``): those ops run on the host, each with its reason."""
+    require_target("ncnn")
+    from fxdeploy.cli.report import render_report
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6)
+    example, edge = (m.expand(2, 4, 6, 6).clone() for m in (torch.zeros(2, 1, 6, 6, dtype=torch.bool),) * 2)
+    example[0, 0, 0, 0] = True
+    edge[0, 0, :3, :3] = edge[0, 2, 4] = edge[1, 1] = True
+    model = MaskedFeatures().eval()
+    deployed = fxdeploy.lower(model, (x, example), target="ncnn")
+    for got, want in zip(deployed(x, edge), model(x, edge), strict=True):
+        assert torch.equal(got.isinf(), want.isinf()) and got.isinf().any() == want.isinf().any()
+        torch.testing.assert_close(got[~want.isinf()], want[~want.isinf()], rtol=1e-5, atol=1e-5)
+    report = render_report(deployed)
+    for op in ("aten.max_pool2d.default", "aten.min.dim", "aten.amin.default"):
+        assert f"`{op}`: the graph can fill its windows with an infinity" in report, report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 
 import pytest
 import torch
@@ -61,3 +62,24 @@ def test_a_graph_never_cut_is_cut_for_the_first_time() -> None:
 def test_a_name_the_graph_does_not_have_is_refused() -> None:
     with pytest.raises(KeyError, match="no node"):
         recut(detector_graph(), {"nothing_here": "why"}, Settings())
+
+
+def test_an_item_of_a_tuple_is_taken_where_the_tuple_is_made() -> None:
+    """A max over a host value, read only by the output: the max stays in an engine stage, and so
+    does its item; before, the item went to the host and the engine stage was to hand over
+    ``max.dim``'s tuple, which ncnn refused ("got shape tuple")."""
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node]:
+        filled = g.call_function(torch.ops.aten.masked_fill.Scalar, (g.call_function(torch.ops.aten.abs.default,
+                                                                                       (xs[0],)), xs[1], 0.0))
+        most = g.call_function(torch.ops.aten.max.dim, (filled, -1))
+        g.call_function(operator.getitem, (most, 1))
+        return (g.call_function(operator.getitem, (most, 0)),)
+
+    x, mask = torch.randn(2, 3, 4), torch.rand(2, 3, 4) > 0.5
+    gm = build(body, 2, [x, mask])
+    cut = recut(gm, {"masked_fill_scalar": "pnnx has no ncnn layer for Tensor.masked_fill"}, Settings())
+    for part in split_parts(cut).stages:
+        output = next(n for n in part.module.graph.nodes if n.op == "output")
+        assert all(isinstance(v.meta["val"], torch.Tensor) for v in output.args[0]), part.module.graph
+    assert stage_of(cut, "getitem_1")[0] == stage_of(cut, "max_dim")[0]
+    torch.testing.assert_close(cut(x, mask)[0], x.abs().masked_fill(mask, 0.0).max(-1).values, rtol=0, atol=0)
