@@ -10,8 +10,8 @@ on the top-k's indices, and the sigmoid, clip and size test of the proposals it 
 dynamic height/width, tensors made from run-time sizes go too. So do a stepped write (pnnx
 spells it wrong), a max or min over windows the graph can fill with an infinity (ncnn gives the
 lowest or highest finite float where eager gives the infinity: ``infinite_windows``), and the nodes
-the ncnn lowering marks (``FORCED``: their op has no ncnn layer in pnnx). Every other node runs on the engine. Each host node gets the reason it is there, which
-the lowering report shows.
+the ncnn lowering marks (``FORCED``: their op has no ncnn layer in pnnx). Every other node runs on
+the engine. Each host node gets the reason it is there, which the lowering report shows.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from torch.fx import GraphModule, Node
 
 from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
 from fxdeploy.passes.graph_utils import attribute
-from fxdeploy.passes.infinite_windows import check as infinite_window, infinities
+from fxdeploy.passes.infinite_windows import check as infinite_window
+from fxdeploy.passes.infinite_windows import infinities
 
 _aten = torch.ops.aten
 _SELECTIONS = frozenset({_aten.topk, _aten.sort, _aten.argsort, _aten.nonzero, _aten.scatter, _aten.cumsum})
