@@ -145,14 +145,15 @@ def test_translation_table() -> None:
     fxdeploy_ops = torch.ops.fxdeploy
     expected = {fxdeploy_ops.multiclass_nms.default, fxdeploy_ops.nms.default, fxdeploy_ops.batched_nms.default}
     softmax = {torch.ops.aten._softmax.default, torch.ops.aten.softmax.int}
+    everywhere = {torch.ops.aten.softmax.int, torch.ops.aten.log_softmax.int, torch.ops.aten.log_sigmoid.default}
     aten = torch.ops.aten
     shifts = {aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
               aten.bitwise_left_shift.Tensor_Scalar, aten.__rshift__.Scalar, aten.__rshift__.Tensor,
               aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar}
     exact = {aten.atan2.default, aten.angle.default, aten.histc.default}  # torch's signed zeros and bins
     for flavour in ("standard", "efficient_nms_trt"):
-        assert set(translation_table(flavour)) == expected | softmax | shifts | exact
-    assert set(translation_table("openvino")) == expected | {aten.topk.default} | shifts | exact
+        assert set(translation_table(flavour)) == expected | softmax | everywhere | shifts | exact
+    assert set(translation_table("openvino")) == expected | {aten.topk.default} | everywhere | shifts | exact
     known = r"\['standard', 'openvino', 'efficient_nms_trt'\]"
     with pytest.raises(ValueError, match=r"unknown flavour 'tensorrt'; known: " + known):
         translation_table("tensorrt")

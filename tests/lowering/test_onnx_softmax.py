@@ -70,3 +70,25 @@ def test_half_and_a_dtype_argument_keep_their_types() -> None:
     assert [t.dtype for t in got] == [torch.float64, torch.float16]
     assert float((got[0] - want[0]).abs().max()) < 1e-12
     assert float((got[1].float() - want[1].float()).abs().max()) <= torch.finfo(torch.float16).eps
+
+
+class IntegerScores(torch.nn.Module):
+    """Counts turned into (log-)probabilities by the ``dtype`` argument, over the last axis and another."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        counts = (x * 10).int()
+        return (torch.softmax(counts, -1, dtype=torch.float32), torch.log_softmax(counts, 1, dtype=torch.float32),
+                torch.log_softmax(counts[0, 0], 0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_a_dtype_argument_casts_the_input_first(target: str) -> None:
+    """torch.onnx cast the result instead: an integer log-softmax was an invalid ONNX Runtime graph
+    ("Type 'tensor(int32)' ... LogSoftmax"), and OpenVINO computed both in integers (off by 0.49)."""
+    require_target(target)
+    x = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(2))
+    deployed = fxdeploy.lower(IntegerScores(), (x,), target=target)
+    other = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(3))
+    for got, want in zip(deployed(other), IntegerScores()(other), strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

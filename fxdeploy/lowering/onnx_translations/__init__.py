@@ -20,13 +20,14 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
 
     - ``standard``: ONNX NonMaxSuppression + padding subgraph (ONNX Runtime, TensorRT); a softmax
       over a non-last axis as its reductions (``softmax.py``: ONNX Runtime's kernel transposes).
+      Every flavour casts a softmax's or log-softmax's ``dtype`` first, as torch does (``softmax.py``).
     - ``openvino``: the same graph with the IoU threshold one float32 step up, because OpenVINO
       suppresses at IoU == threshold where the contract does not; ``aten.topk`` without a stable
       TopK over its whole axis (``topk.py``).
     - ``efficient_nms_trt``: TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
     Every flavour writes shifts of unsigned integers as BitShift (``shifts.py``), and ``atan2`` and a real
     ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
-    rule (``histc.py``).
+    rule (``histc.py``), and ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
     """
@@ -51,19 +52,27 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
         torch.ops.fxdeploy.nms.default: nms_standard,
         torch.ops.fxdeploy.batched_nms.default: batched_nms_standard,
     }
-    if flavour != "openvino":
-        from fxdeploy.lowering.onnx_translations.softmax import softmax_int_standard, softmax_standard
+    from fxdeploy.lowering.onnx_translations.softmax import (
+        log_softmax_int,
+        softmax_int_openvino,
+        softmax_int_standard,
+        softmax_standard,
+    )
 
+    if flavour != "openvino":
         table[torch.ops.aten._softmax.default] = softmax_standard
-        table[torch.ops.aten.softmax.int] = softmax_int_standard
+    table[torch.ops.aten.softmax.int] = softmax_int_openvino if flavour == "openvino" else softmax_int_standard
+    table[torch.ops.aten.log_softmax.int] = log_softmax_int
     from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
     from fxdeploy.lowering.onnx_translations.histc import histc
+    from fxdeploy.lowering.onnx_translations.log_sigmoid import log_sigmoid
     from fxdeploy.lowering.onnx_translations.shifts import left_shift, right_shift
 
     aten = torch.ops.aten
     table[aten.atan2.default] = atan2
     table[aten.angle.default] = angle
     table[aten.histc.default] = histc
+    table[aten.log_sigmoid.default] = log_sigmoid
     for overload in (aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
                      aten.bitwise_left_shift.Tensor_Scalar):
         table[overload] = left_shift
