@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fxdeploy.partition.cut import host_postprocess_split
+from fxdeploy.passes.antialiased_resizes import antialiased_resizes
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
@@ -61,9 +62,11 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # topk_of_selection right after pad_compactions, whose partitions it matches: a topk of selected
 # rows reads the masked rows instead (ONNX's TopK breaks ties by the lower index; TorchScript's
 # topk promises no order among ties, so its pipeline keeps the partition).
+# antialiased_resizes on every ONNX target: OpenVINO reads an antialiased Resize as a plain one, and
+# ONNX Runtime's antialiased cubic weights are not torch's; it changes no outputs, so anywhere after cleanup.
 ONNX: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
-    contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, antialiased_resizes, pad_compactions, topk_of_selection, precision_policy,
+    scatters_as_slices, contiguous_reshapes, tensorize_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -77,9 +80,9 @@ ONNX: tuple[Pass, ...] = (
 # MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, query_sized_masks, half_comparison_scalars, pad_compactions, topk_of_selection,
-    precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
-    tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
+    topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
+    contiguous_reshapes, tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
@@ -87,9 +90,9 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # half_rounding spells the rounding of the half values a comparison reads, after
 # half_comparison_scalars (whose casts to half it rounds too) and the passes that make comparisons.
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, whole_input_pool, full_spectrum_rffts, half_comparison_scalars, pad_compactions,
-    topk_of_selection, precision_policy, infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
-    tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, whole_input_pool, full_spectrum_rffts, antialiased_resizes, half_comparison_scalars,
+    pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices, half_rounding,
+    contiguous_reshapes, tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

@@ -10,6 +10,7 @@ import torch
 from fxdeploy.artifact.manifest import Manifest
 from fxdeploy.capture.frames import internal, source, text_frames
 from fxdeploy.errors import LoweringError
+from fxdeploy.passes.antialiased_resizes import refuse_left
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -47,6 +48,7 @@ def lower_onnx(job: LoweringJob, *, flavour: str = "standard", opset: int = OPSE
 def lower(job: LoweringJob) -> Lowered:
     """The ONNX; for INT8, quantized by ONNX Runtime's quantize_static (fxdeploy.quantize.onnxruntime)."""
     _refuse_bfloat16(job.graph_module)
+    refuse_left(job.graph_module, "onnxruntime", ("bicubic",))
     lowered = lower_onnx(job)
     if job.calibration is not None:
         from fxdeploy.quantize.onnxruntime import quantize

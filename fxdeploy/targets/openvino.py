@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fxdeploy.artifact.manifest import Manifest
+from fxdeploy.passes.antialiased_resizes import refuse_left
 from fxdeploy.passes.pipelines import pipeline_for
 from fxdeploy.runtime.executor import Executor
 from fxdeploy.settings import Settings
@@ -21,6 +22,7 @@ from fxdeploy.targets.sections import OnnxSettings, OpenVinoSettings
 
 def lower(job: LoweringJob) -> Lowered:
     """The ONNX; for INT8, NNCF's quantized model in its place as OpenVINO IR (fxdeploy.quantize.openvino)."""
+    refuse_left(job.graph_module, "openvino", ("bilinear", "bicubic"))
     lowered = lower_onnx(job, flavour="openvino")
     if job.calibration is not None:
         from fxdeploy.quantize.openvino import quantize

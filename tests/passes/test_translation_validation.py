@@ -264,6 +264,16 @@ REAL_FFTS = Program(
 """Real FFTs, one-sided, over the last dim and over another one cut to n = 5 (an odd size's half),
 which OpenVINO imports with a unit dim too many (``full_spectrum_rffts``)."""
 
+ANTIALIASED_RESIZES = Program(
+    body=(
+        "a = F.interpolate(x0, size=(3, 5), mode='bilinear', antialias=True)",
+        "b = F.interpolate(x0 * 2, scale_factor=0.6, mode='bicubic', antialias=True)",
+        "return (a, b, F.interpolate(x0, size=(11, 9), mode='bilinear', antialias=True, align_corners=True))",
+    ),
+    inputs=(Input("x0", (2, 3, 8, 10), dynamic=True),),
+)
+"""Antialiased resizes down and up, by size and by factor, as gathered taps (``antialiased_resizes``)."""
+
 HALF_COMPARISONS = Program(
     body=(
         "h = x0.half()",
@@ -293,6 +303,7 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "masked_maxes": (MASKED_MAXES, {"infinite_windows"}),
     "half_comparisons": (HALF_COMPARISONS, {"half_comparison_scalars", "half_rounding"}),
     "real_ffts": (REAL_FFTS, {"full_spectrum_rffts"}),
+    "antialiased_resizes": (ANTIALIASED_RESIZES, {"antialiased_resizes"}),
     "key_padding_attention": (KEY_PADDING_ATTENTION, {"query_sized_masks"}),
     "empty_cat_inputs": (EMPTY_CAT_INPUTS, {"empty_cat_inputs"}),
     "clip_head": (CLIP_HEAD, {"functional_spellings", "einsum_products", "integer_powers"}),
