@@ -52,6 +52,20 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
         torch.ops.fxdeploy.nms.default: nms_standard,
         torch.ops.fxdeploy.batched_nms.default: batched_nms_standard,
     }
+    table.update(_aten_translations(flavour))
+    if flavour == "openvino":
+        from fxdeploy.lowering.onnx_translations.topk import topk_openvino
+
+        table[torch.ops.aten.topk.default] = topk_openvino
+    return table
+
+
+def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
+    """fxdeploy's translations of aten ops where torch.onnx's compute other values (the docstring above)."""
+    from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
+    from fxdeploy.lowering.onnx_translations.histc import histc
+    from fxdeploy.lowering.onnx_translations.log_sigmoid import log_sigmoid
+    from fxdeploy.lowering.onnx_translations.shifts import left_shift, right_shift
     from fxdeploy.lowering.onnx_translations.softmax import (
         log_softmax_int,
         softmax_int_openvino,
@@ -59,28 +73,21 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
         softmax_standard,
     )
 
-    if flavour != "openvino":
-        table[torch.ops.aten._softmax.default] = softmax_standard
-    table[torch.ops.aten.softmax.int] = softmax_int_openvino if flavour == "openvino" else softmax_int_standard
-    table[torch.ops.aten.log_softmax.int] = log_softmax_int
-    from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
-    from fxdeploy.lowering.onnx_translations.histc import histc
-    from fxdeploy.lowering.onnx_translations.log_sigmoid import log_sigmoid
-    from fxdeploy.lowering.onnx_translations.shifts import left_shift, right_shift
-
     aten = torch.ops.aten
-    table[aten.atan2.default] = atan2
-    table[aten.angle.default] = angle
-    table[aten.histc.default] = histc
-    table[aten.log_sigmoid.default] = log_sigmoid
+    table: dict[torch._ops.OpOverload, Callable] = {
+        aten.softmax.int: softmax_int_openvino if flavour == "openvino" else softmax_int_standard,
+        aten.log_softmax.int: log_softmax_int,
+        aten.atan2.default: atan2,
+        aten.angle.default: angle,
+        aten.histc.default: histc,
+        aten.log_sigmoid.default: log_sigmoid,
+    }
+    if flavour != "openvino":
+        table[aten._softmax.default] = softmax_standard
     for overload in (aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
                      aten.bitwise_left_shift.Tensor_Scalar):
         table[overload] = left_shift
     for overload in (aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor,
                      aten.bitwise_right_shift.Tensor_Scalar):
         table[overload] = right_shift
-    if flavour == "openvino":
-        from fxdeploy.lowering.onnx_translations.topk import topk_openvino
-
-        table[torch.ops.aten.topk.default] = topk_openvino
     return table
