@@ -173,7 +173,20 @@ def watch_calls(subs: Iterable[Substitution], stop: bool = False) -> Iterator[Ca
     try:
         yield watch
     finally:
+        _restore_profiler(previous)
+
+
+def _restore_profiler(previous: object) -> None:
+    """Give the thread's profile hook back. A Python hook is a callable; a C profiler (``cProfile``,
+    which ``python -m cProfile`` runs everything under) shows as its ``Profile`` object, which
+    ``sys.setprofile`` cannot take back ("'Profile' object is not callable"): it reinstalls itself."""
+    if previous is None or callable(previous):
         sys.setprofile(previous)
+        return
+    sys.setprofile(None)
+    enable = getattr(previous, "enable", None)
+    if callable(enable):
+        enable()
 
 
 # The substitutions fxdeploy always applies: the ecosystem's NMS functions. torchvision is
