@@ -27,7 +27,8 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
     - ``efficient_nms_trt``: TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
     Every flavour writes shifts of unsigned integers as BitShift (``shifts.py``), and ``atan2`` and a real
     ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
-    rule (``histc.py``), and ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``).
+    rule (``histc.py``), ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``), and
+    ``hypot``, which torch.onnx lacks (``hypot.py``).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
     """
@@ -64,6 +65,7 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
     """fxdeploy's translations of aten ops where torch.onnx's compute other values (the docstring above)."""
     from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
     from fxdeploy.lowering.onnx_translations.histc import histc
+    from fxdeploy.lowering.onnx_translations.hypot import hypot
     from fxdeploy.lowering.onnx_translations.log_sigmoid import log_sigmoid
     from fxdeploy.lowering.onnx_translations.shifts import left_shift, right_shift
     from fxdeploy.lowering.onnx_translations.softmax import (
@@ -81,6 +83,7 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
         aten.angle.default: angle,
         aten.histc.default: histc,
         aten.log_sigmoid.default: log_sigmoid,
+        aten.hypot.default: hypot,
     }
     if flavour != "openvino":
         table[aten._softmax.default] = softmax_standard
