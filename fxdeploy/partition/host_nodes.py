@@ -94,7 +94,7 @@ COPIED_IN = ("copied in by the cut: a size, or a value made without the inputs, 
              "squeeze of a value handed over with a leading 1)")
 STEPPED_WRITE = "pnnx writes a stepped slice_scatter as ncnn's CopyTo, which ignores the step"
 INFINITE_WINDOW = ("the graph can fill its windows with an infinity, and over a window of infinities only ncnn gives "
-                   "the largest finite float (eager: the infinity)")
+                   "a finite float, the lowest or the largest (eager: the infinity)")
 MADE_FROM_SIZES = ("made from the image's run-time size: ncnn cannot make it, and pnnx folds it only at a fixed "
                    "size; the engine takes it as an input")
 
@@ -106,7 +106,8 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     forced = {n: n.meta[FORCED] for n in gm.graph.nodes if FORCED in n.meta}
     forced.update((n, STEPPED_WRITE) for n in gm.graph.nodes if _stepped_write(n) and n not in free)
     holds = infinities(gm)
-    forced.update((n, INFINITE_WINDOW) for n in gm.graph.nodes if n not in free and infinite_window(n, holds) is None)
+    for node in (n for n in gm.graph.nodes if n not in free and infinite_window(n, holds) is None):
+        forced.setdefault(node, INFINITE_WINDOW)
     seeds = [n for n in gm.graph.nodes if (packet(n) in _SELECTIONS and n not in free) or n in forced]
     reasons = dict.fromkeys(_made_from_sizes(gm, free), MADE_FROM_SIZES)
     if not nms and not seeds:
