@@ -33,7 +33,7 @@ RESIZES = {aten._upsample_bilinear2d_aa.default: "bilinear", aten._upsample_bili
 def antialiased_resizes(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     modified = False
     for node in list(gm.graph.nodes):
-        if check(node, settings) is not None:
+        if check(node) is not None:
             continue
         x, align_corners, scales = node.args[0], node.args[2], _scales(node)
         sizes, dtype = zip(x.meta["val"].shape[-2:], node.meta["val"].shape[-2:], strict=True), x.meta["val"].dtype
@@ -91,7 +91,7 @@ def _weighted_taps(
     return call(aten.sum.dim_IntList, call(aten.mul.Tensor, gathered, weight), [axis if axis == -1 else -2])
 
 
-def check(node: torch.fx.Node, settings: Settings | None = None) -> str | None:
+def check(node: torch.fx.Node) -> str | None:
     """None where ``node`` is an antialiased resize of a float input between static heights and widths."""
     if node.op != "call_function" or node.target not in RESIZES:
         return "not an antialiased resize"
