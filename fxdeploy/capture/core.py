@@ -22,7 +22,7 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact import dims as dims_mod
 from fxdeploy.artifact import guards, structure
-from fxdeploy.capture import exporting, fixes, flat_io, per_image, state, substitution
+from fxdeploy.capture import exporting, fixes, flat_io, memo, per_image, state, substitution
 from fxdeploy.capture.batch_watch import BatchFixed
 from fxdeploy.capture.exporting import module_state
 from fxdeploy.capture.functional import drop_input_writes, functionalize
@@ -108,8 +108,8 @@ def capture(
         batch = per_image.batch_dim(export_shapes, flat_inputs)
         changes: list[str] = []
         try:
-            ep, mode, applied = exporting.export(target, args, kwargs, export_shapes, subs, settings.capture.mode,
-                                                 batch=batch.name if batch is not None else None)
+            ep, mode, applied = memo.export(target, args, kwargs, export_shapes, subs, settings.capture.mode,
+                                            batch=batch.name if batch is not None else None)
         except CaptureError as exc:
             if batch is not None and per_image.specialized(exc.__cause__ or exc, batch.name):
                 captured = _try_one_image(exc, model, args, kwargs, subs, settings, batch, flat_inputs, called, opts)
@@ -121,7 +121,7 @@ def capture(
             if fixed is None:
                 raise
             export_shapes, changes = fixed
-            ep, mode, applied = exporting.export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
+            ep, mode, applied = memo.export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
         captured = _flatten(ep, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, subs)
         if settings.verify:  # lower() checks the declared min; without its check the narrowed range stands
             _lift_minimums(captured, fixes.lifted_minimums(export_shapes, captured.dims))
@@ -238,7 +238,7 @@ def _capture_one_image(
     plan = per_image.join_plan(one, two)
     flat_one, in_spec = pytree.tree_flatten((one_args, one_kwargs))
     (ep, mode, applied), shapes, changes = fixes.exported_with_fixes(
-        lambda shapes: exporting.export(model, one_args, one_kwargs, shapes, subs, *start), batch.rest
+        lambda shapes: memo.export(model, one_args, one_kwargs, shapes, subs, *start), batch.rest
     )
     captured = _flatten(ep, one, None, flat_one, in_spec, opts, mode, applied, subs)
     changes += fixes.narrowed(shapes, captured.dims)
@@ -263,7 +263,7 @@ def _flatten(
     """The exported program as a ``Captured``: its output structure checked against eager's (for
     the ``applied`` substitutions), its inputs and outputs named, its graph module made flat."""
     flat_io.check_structure(ep, eager_outputs, template, [s for s in subs if s.name in applied])
-    ep = functionalize(ep)  # before any pass: a rewrite of a graph that writes can move the write
+    ep = memo.functional(ep, functionalize)  # before any pass: a rewrite of a graph that writes can move the write
     unpacks = [s.unpack for s in subs if s.name in applied and s.unpack is not None]
     inputs = flat_io.inputs_of(ep, flat_inputs, opts)
     gm = ep.module(check_guards=False)  # the guards are checked by Deployed, on the manifest's copy

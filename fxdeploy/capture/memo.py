@@ -1,0 +1,184 @@
+"""One torch.export per model and example in a process: lowering it again, for another target or
+with other settings, starts from the same exported program.
+
+torch.export is most of a lowering's time (a detector's capture traces it twice: a first trace
+stops at a data-dependent branch, a second lets the example decide it). ``lower(model, x,
+target=...)`` for ONNX Runtime, then OpenVINO, then ncnn, would trace the same model three
+times; ``export`` here traces it once and hands the same program to the later calls.
+
+A later call reuses the program only where it would get the same one:
+
+- the same model object (the program holds its parameter tensors), with the same fingerprint
+  (``fxdeploy.cache.fingerprint.model_parts``: every parameter and buffer's bytes, every
+  submodule's class, source file and plain attributes, the substitutions), so a weight or a
+  threshold changed in between is traced again;
+- the same example *values* (a capture may let them decide a size branch), structure, dtypes and
+  shapes, the same dynamic shapes, capture mode and grad mode.
+
+Nothing downstream changes the program: ``ExportedProgram.module()`` copies its graph before
+any pass runs, and lowering only reads it. A failure the trace raises (a model that fixes its
+batch) is kept as well and raised again. The log lines the trace wrote are written again, so a
+second lowering says what the first said. An entry lives while its model does, and at most
+``MAX_ENTRIES`` are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fxdeploy.cache.fingerprint import UncacheableError, model_parts, tensor_digest
+from fxdeploy.capture import exporting, substitution
+from fxdeploy.errors import CaptureError
+
+MAX_ENTRIES = 2
+Result = tuple[torch.export.ExportedProgram, str, list[str]]
+
+
+@dataclass
+class _Entry:
+    model: weakref.ref
+    result: Result | None
+    error: CaptureError | None
+    records: list[logging.LogRecord]
+
+
+@dataclass
+class Stats:
+    hits: int = 0
+    misses: int = 0
+
+
+_ENTRIES: OrderedDict[str, _Entry] = OrderedDict()
+_FUNCTIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+STATS = Stats()
+
+
+def export(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any,
+    subs: list[substitution.Substitution], mode: str, real_values: bool = False, batch: str | None = None,
+) -> Result:
+    """``exporting.export`` of these arguments, or the program an earlier call with the same ones got."""
+    key = _key(model, args, kwargs, shapes, subs, (mode, real_values, batch))
+    entry = _lookup(key, model) if key is not None else None
+    if entry is not None:
+        STATS.hits += 1
+        _replay(entry.records)
+        if entry.error is not None:
+            raise entry.error.with_traceback(None)
+        assert entry.result is not None
+        return entry.result
+    STATS.misses += 1
+    with _recording() as records:
+        try:
+            result = exporting.export(model, args, kwargs, shapes, subs, mode, real_values, batch)
+        except CaptureError as exc:
+            _store(key, model, None, exc, records)
+            raise
+    _store(key, model, result, None, records)
+    return result
+
+
+def functional(
+    ep: torch.export.ExportedProgram, functionalize: Callable[[torch.export.ExportedProgram], Any]
+) -> torch.export.ExportedProgram:
+    """``functionalize(ep)``, once per program (its retrace is a second export's time)."""
+    with _LOCK:
+        done = _FUNCTIONAL.get(ep)
+    if done is None:
+        done = functionalize(ep)
+        if done is not ep:  # kept while ``ep`` lives (an entry holding ``ep`` to itself would never go)
+            with _LOCK:
+                _FUNCTIONAL[ep] = done
+    return done
+
+
+def clear() -> None:
+    with _LOCK:
+        _ENTRIES.clear()
+        _FUNCTIONAL.clear()
+
+
+def _key(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any, subs: list[Any],
+         options: tuple[Any, ...]) -> str | None:
+    try:
+        parts = model_parts(model, args, kwargs, shapes, subs)
+        leaves = pytree.tree_leaves((args, kwargs))
+        parts["values"] = [tensor_digest(x) if isinstance(x, torch.Tensor) else None for x in leaves]
+    except UncacheableError:  # a weight it cannot read (sparse, quantized): traced every time
+        return None
+    parts["options"] = [repr(option) for option in options]
+    parts["grad"] = torch.is_grad_enabled()
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def _lookup(key: str, model: torch.nn.Module) -> _Entry | None:
+    with _LOCK:
+        entry = _ENTRIES.get(key)
+        if entry is None or entry.model() is not model:
+            return None
+        _ENTRIES.move_to_end(key)
+        return entry
+
+
+def _store(key: str | None, model: torch.nn.Module, result: Result | None, error: CaptureError | None,
+           records: list[logging.LogRecord]) -> None:
+    if key is None:
+        return
+    with _LOCK:
+        _ENTRIES[key] = _Entry(weakref.ref(model, lambda _: _drop(key)), result, error, list(records))
+        _ENTRIES.move_to_end(key)
+        while len(_ENTRIES) > MAX_ENTRIES:
+            _ENTRIES.popitem(last=False)
+
+
+def _drop(key: str) -> None:
+    with _LOCK:
+        entry = _ENTRIES.get(key)
+        if entry is not None and entry.model() is None:
+            del _ENTRIES[key]
+
+
+class _Recorder(logging.Filter):
+    """Keeps each record its logger lets through, and lets it through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return True
+
+
+@contextmanager
+def _recording() -> Iterator[list[logging.LogRecord]]:
+    """The records fxdeploy's loggers write inside the block; where they go is unchanged."""
+    recorder = _Recorder()
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("fxdeploy")]
+    for logger in loggers:
+        logger.addFilter(recorder)
+    try:
+        yield recorder.records
+    finally:
+        for logger in loggers:
+            logger.removeFilter(recorder)
+
+
+def _replay(records: list[logging.LogRecord]) -> None:
+    for record in records:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)

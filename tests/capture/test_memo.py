@@ -1,0 +1,146 @@
+"""One torch.export per model and example in a process (``fxdeploy/capture/memo.py``): a second
+lowering reuses the trace only where it would trace the same program, and says what the first said."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+import fxdeploy
+from fxdeploy.capture import capture, memo
+from tests.detections import assert_same_detections
+from tests.helpers import max_abs_error, require_target
+
+
+class Thresholded(nn.Module):
+    """A conv and a Python float threshold (a constant in the graph)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.threshold = 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x).flatten(1)
+        return (y * (y > self.threshold)).sum(1) + self.threshold
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return Thresholded().eval()
+
+
+def example(seed: int = 0) -> torch.Tensor:
+    return torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(autouse=True)
+def empty_memo() -> None:
+    memo.clear()
+
+
+def lower(m: nn.Module, x: torch.Tensor, target: str = "torchscript") -> fxdeploy.Deployed:
+    require_target(target)
+    return fxdeploy.lower(m, (x,), target=target, dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+
+
+def check(m: nn.Module, deployed: fxdeploy.Deployed) -> None:
+    x = example(7)
+    with torch.no_grad():
+        assert max_abs_error(deployed(x), m(x)) < 1e-4
+
+
+def traced(action) -> int:  # noqa: ANN001 - a callable
+    before = memo.STATS.misses
+    action()
+    return memo.STATS.misses - before
+
+
+def test_a_second_target_starts_from_the_first_ones_trace() -> None:
+    m, x = model(), example()
+    assert traced(lambda: check(m, lower(m, x, "onnxruntime"))) == 1
+    assert traced(lambda: check(m, lower(m, x, "torchscript"))) == 0
+    assert traced(lambda: check(m, lower(m, x, "onnxruntime"))) == 0
+
+
+def test_a_weight_changed_in_place_is_traced_again() -> None:
+    m, x = model(), example()
+    first = lower(m, x)
+    with torch.no_grad():
+        m.conv.weight.mul_(-3.0)
+    assert traced(lambda: check(m, lower(m, x))) == 1
+    with torch.no_grad():
+        assert max_abs_error(first(x), m(x)) > 1e-2  # the first artifact kept the weights it was lowered with
+
+
+def test_a_plain_attribute_changed_is_traced_again() -> None:
+    m, x = model(), example()
+    lower(m, x)
+    m.threshold = 0.25  # read as a Python float: a constant in the graph
+    assert traced(lambda: check(m, lower(m, x))) == 1
+
+
+def test_another_model_object_or_example_is_traced_again() -> None:
+    m, x = model(), example()
+    lower(m, x)
+    twin = copy.deepcopy(m)  # the same fingerprint; the trace holds the first one's parameters
+    assert traced(lambda: check(twin, lower(twin, x))) == 1
+    assert traced(lambda: check(m, lower(m, example(1)))) == 1  # values may decide a branch
+
+
+def test_a_pass_on_one_capture_does_not_reach_the_next() -> None:
+    m, x = model(), example()
+    first = capture(m, (x,), dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+    code = first.graph_module.code
+    for node in list(first.graph_module.graph.nodes):  # what a pass may do: rewrite every op
+        if node.op == "call_function" and node.target is torch.ops.aten.mul.Tensor:
+            node.target = torch.ops.aten.add.Tensor
+    first.graph_module.recompile()
+    assert first.graph_module.code != code
+    second = capture(m, (x,), dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+    assert memo.STATS.hits >= 1 and second.graph_module is not first.graph_module
+    assert second.graph_module.code == code
+
+
+def test_the_second_lowering_says_what_the_first_said(caplog: pytest.LogCaptureFixture) -> None:
+    """SplitYolo branches on the size of a selection: the first trace stops there, and the example's
+    values decide it in a second one (info lines)."""
+    from tests.capture.test_real_values import split_yolo
+
+    m, x = split_yolo(), torch.rand(2, 3, 64, 64) * 255
+    said = []
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="fxdeploy"):
+            fxdeploy.lower(m, (x,), target="torchscript")
+        said.append([r.getMessage() for r in caplog.records if r.name.startswith("fxdeploy.capture")])
+    assert any("data-dependent size" in line for line in said[0])
+    assert said[1] == said[0]
+
+
+def test_a_models_batch_loop_is_captured_once_for_every_target() -> None:
+    from examples import detector
+
+    m, (x,) = detector.tiny_yolo()
+    shapes = {"images": {0: ("batch", 1, 8)}}
+    deployed = [fxdeploy.lower(m, (x,), target=t, dynamic_shapes=shapes) for t in ("onnxruntime", "torchscript")]
+    assert memo.STATS.hits >= 2  # the batch's trace (it fixes the batch: an error kept) and the image's
+    x = torch.rand(3, 3, 128, 128, generator=torch.Generator().manual_seed(3)) * 255
+    with torch.no_grad():
+        want = m(x)
+    for d in deployed:
+        assert_same_detections(want, d(x))
+
+
+def test_an_entry_goes_with_its_model() -> None:
+    m, x = model(), example()
+    lower(m, x)
+    assert len(memo._ENTRIES) == 1
+    del m
+    gc.collect()
+    assert not memo._ENTRIES
