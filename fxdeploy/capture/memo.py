@@ -12,8 +12,12 @@ A later call reuses the program only where it would get the same one:
   (``fxdeploy.cache.fingerprint.model_parts``: every parameter and buffer's bytes, every
   submodule's class, source file and plain attributes, the substitutions), so a weight or a
   threshold changed in between is traced again;
+- the same plain class-level values of those classes (a flag set on a class);
 - the same example *values* (a capture may let them decide a size branch), structure, dtypes and
-  shapes, the same dynamic shapes, capture mode and grad mode.
+  shapes, the same dynamic shapes, capture mode, grad, inference and autocast modes.
+
+What no fingerprint sees (a module-level global the forward reads, a library function replaced
+in between) is what ``lower()``'s check against the model, as it is now, catches.
 
 Nothing downstream changes the program: ``ExportedProgram.module()`` copies its graph before
 any pass runs, and lowering only reads it. A failure the trace raises (a model that fixes its
@@ -38,10 +42,11 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fxdeploy.cache.fingerprint import UncacheableError, model_parts, tensor_digest
+from fxdeploy.cache.fingerprint import model_parts, tensor_digest
 from fxdeploy.capture import exporting, substitution
 from fxdeploy.errors import CaptureError
 
+logger = logging.getLogger(__name__)
 MAX_ENTRIES = 2
 Result = tuple[torch.export.ExportedProgram, str, list[str]]
 
@@ -79,7 +84,8 @@ def export(
         if entry.error is not None:
             raise entry.error.with_traceback(None)
         assert entry.result is not None
-        return entry.result
+        ep, mode, applied = entry.result
+        return ep, mode, list(applied)
     STATS.misses += 1
     with _recording() as records:
         try:
@@ -87,7 +93,7 @@ def export(
         except CaptureError as exc:
             _store(key, model, None, exc, records)
             raise
-    _store(key, model, result, None, records)
+    _store(key, model, (result[0], result[1], list(result[2])), None, records)
     return result
 
 
@@ -117,11 +123,25 @@ def _key(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
         parts = model_parts(model, args, kwargs, shapes, subs)
         leaves = pytree.tree_leaves((args, kwargs))
         parts["values"] = [tensor_digest(x) if isinstance(x, torch.Tensor) else None for x in leaves]
-    except UncacheableError:  # a weight it cannot read (sparse, quantized): traced every time
+        parts["class_attributes"] = _class_attributes(model)
+        parts["options"] = [repr(option) for option in options]
+        parts["modes"] = [torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled()]
+        return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode()).hexdigest()
+    except Exception as exc:  # noqa: BLE001 - a model it cannot fingerprint (sparse weights, an odd attribute)
+        logger.debug("capture is not memoized: %s: %s", type(exc).__name__, exc)
         return None
-    parts["options"] = [repr(option) for option in options]
-    parts["grad"] = torch.is_grad_enabled()
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def _class_attributes(model: torch.nn.Module) -> list[Any]:
+    """The plain class-level values of every submodule's classes (a flag such as ``Detect.export``,
+    set on the class rather than the instance, changes what forward traces)."""
+    classes = {cls for module in model.modules() for cls in type(module).__mro__ if cls.__module__ != "builtins"}
+    plain = (bool, int, float, str, type(None), tuple)
+    return sorted(
+        [f"{cls.__module__}.{cls.__qualname__}", name, repr(value)]
+        for cls in classes if not cls.__module__.startswith("torch.")
+        for name, value in vars(cls).items() if not name.startswith("__") and isinstance(value, plain)
+    )
 
 
 def _lookup(key: str, model: torch.nn.Module) -> _Entry | None:

@@ -30,6 +30,16 @@ class Thresholded(nn.Module):
         return (y * (y > self.threshold)).sum(1) + self.threshold
 
 
+class Flagged(Thresholded):
+    """A flag on the class (as Ultralytics' heads have): set on the class, every instance reads it."""
+
+    export = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return y.sigmoid() if self.export else y
+
+
 def model() -> nn.Module:
     torch.manual_seed(0)
     return Thresholded().eval()
@@ -83,6 +93,17 @@ def test_a_plain_attribute_changed_is_traced_again() -> None:
     lower(m, x)
     m.threshold = 0.25  # read as a Python float: a constant in the graph
     assert traced(lambda: check(m, lower(m, x))) == 1
+
+
+def test_a_flag_changed_on_the_class_is_traced_again() -> None:
+    torch.manual_seed(0)
+    m, x = Flagged().eval(), example()
+    lower(m, x)
+    Flagged.export = True
+    try:
+        assert traced(lambda: check(m, lower(m, x))) == 1
+    finally:
+        Flagged.export = False
 
 
 def test_another_model_object_or_example_is_traced_again() -> None:
