@@ -67,7 +67,7 @@ class Stats:
 
 _ENTRIES: OrderedDict[str, _Entry] = OrderedDict()
 _FUNCTIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entrant: a weakref callback (``_drop``) may run inside a locked block
 STATS = Stats()
 
 
@@ -188,17 +188,17 @@ def _recording() -> Iterator[list[logging.LogRecord]]:
     """The records fxdeploy's loggers write inside the block; where they go is unchanged."""
     recorder = _Recorder()
     loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("fxdeploy")]
-    for logger in loggers:
-        logger.addFilter(recorder)
+    for each in loggers:
+        each.addFilter(recorder)
     try:
         yield recorder.records
     finally:
-        for logger in loggers:
-            logger.removeFilter(recorder)
+        for each in loggers:
+            each.removeFilter(recorder)
 
 
 def _replay(records: list[logging.LogRecord]) -> None:
     for record in records:
-        logger = logging.getLogger(record.name)
-        if logger.isEnabledFor(record.levelno):
-            logger.handle(record)
+        writer = logging.getLogger(record.name)
+        if writer.isEnabledFor(record.levelno):
+            writer.handle(record)
