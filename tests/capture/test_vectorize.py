@@ -4,6 +4,7 @@ takes the whole batch; where an op does not vectorize, the engine runs per image
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,8 @@ from fxdeploy.cli.report import render_report
 from fxdeploy.ops import multiclass_nms
 from fxdeploy.parity import compare_outputs
 from tests.detections import assert_same_detections
-from tests.detectors.test_tiny_yolo import images, tiny_yolo
+from tests.detectors.test_tiny_yolo import images
+from tests.detectors.test_tiny_yolo import tiny_yolo as build_tiny_yolo
 from tests.helpers import count_engine_calls, require_target
 from tests.integrations.test_triton import assert_matches, parse_config
 
@@ -31,10 +33,18 @@ def _onnx_batch_dim(path: Path) -> str:
     return model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
 
 
+@functools.cache
+def tiny_yolo() -> nn.Module:
+    """One TinyYolo for the module, never changed by a test: each lowering of it after the first starts
+    from its capture (fxdeploy.capture.memo), as lowering one model for several targets in a process does."""
+    return build_tiny_yolo()
+
+
 def _tiny_yolo() -> tuple[nn.Module, Callable[[int, int], torch.Tensor]]:
     return tiny_yolo(), images
 
 
+@functools.cache
 def _pose() -> tuple[nn.Module, Callable[[int, int], torch.Tensor]]:
     from examples import pose
 
@@ -224,13 +234,19 @@ class AnySize(nn.Module):
         return results
 
 
+@functools.cache
+def any_size() -> AnySize:
+    """One for the module, as ``tiny_yolo``."""
+    return AnySize().eval()
+
+
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino", "torchscript"])
 def test_a_per_image_loop_keeps_its_dynamic_height_and_width_beside_the_batch(target: str, tmp_path: Path) -> None:
     """A dynamic batch and a dynamic H and W (multiples of its stride 16): captured for one image
     with H and W kept, vectorized with all three dynamic, one engine call per batch, every
     detection as eager's at each batch and size, after save/load too."""
     require_target(target)
-    model = AnySize().eval()
+    model = any_size()
     h, w = torch.export.Dim("h", min=4, max=10), torch.export.Dim("w", min=4, max=10)
     shapes = {"images": {0: ("batch", 1, 8), 2: 16 * h, 3: 16 * w}}
     deployed = fxdeploy.lower(model, (images(2, 0),), target=target, dynamic_shapes=shapes)

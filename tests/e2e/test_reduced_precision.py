@@ -9,6 +9,7 @@ may legitimately add or drop.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -40,7 +41,10 @@ def _available(target: str, precision: str = "fp32") -> None:
             pytest.skip(f"openvino bf16 needs a CPU with native bf16; this one has {capabilities}")
 
 
+@functools.cache
 def _classifier() -> tuple[torch.nn.Module, torch.Tensor]:
+    """One for the module, never changed by a test: lowered again (another precision or target), it
+    starts from the first lowering's capture (fxdeploy.capture.memo), as in a user's process."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -69,10 +73,16 @@ def test_reduced_precision_classifier(precision: str, target: str, tmp_path: Pat
     assert torch.equal(loaded(x)["logits"], got)  # a loaded artifact returns dicts: no code is imported
 
 
+@functools.cache
+def _detector() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """One for the module, as ``_classifier``."""
+    return detector.tiny_yolo()
+
+
 @pytest.mark.parametrize(("precision", "target"), CASES)
 def test_reduced_precision_detector(precision: str, target: str) -> None:
     _available(target, precision)
-    model, (x,) = detector.tiny_yolo()
+    model, (x,) = _detector()
     deployed = fxdeploy.lower(model, (x,), target=target, settings=SETTINGS[precision])
     precision_info = deployed.manifest["info"]["precision"]
     assert precision_info[f"{precision}_ops"] > 0

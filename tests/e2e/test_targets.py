@@ -62,12 +62,14 @@ FACTORIES: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] =
 @pytest.fixture(scope="module")
 def lowered() -> Callable[[str, str], tuple[nn.Module, torch.Tensor, fxdeploy.Deployed]]:
     cache: dict[tuple[str, str], tuple[nn.Module, torch.Tensor, fxdeploy.Deployed]] = {}
+    built: dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]] = {}  # one model object per name: one capture (memo)
 
     def get(model_name: str, target: str) -> tuple[nn.Module, torch.Tensor, fxdeploy.Deployed]:
         require(target)
         if (model_name, target) not in cache:
-            factory = tiny_detector if model_name == "detector" else FACTORIES[model_name]
-            model, (x,) = factory()
+            if model_name not in built:
+                built[model_name] = (tiny_detector if model_name == "detector" else FACTORIES[model_name])()
+            model, (x,) = built[model_name]
             name = next(iter(inspect.signature(model.forward).parameters))
             deployed = fxdeploy.lower(model, (x,), target=target, dynamic_shapes={name: {0: ("batch", 1, 8)}})
             cache[model_name, target] = model, x, deployed

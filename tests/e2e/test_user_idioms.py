@@ -7,6 +7,8 @@ batch 1 and 3 must match eager detection by detection, before and after save/loa
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -112,6 +114,13 @@ def test_fcos_top_k_cuts_between_distinct_scores() -> None:
     assert binds >= 2, f"top-{k} binds on {binds} images"
 
 
+@functools.cache
+def built(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """One model object per idiom for the module, never changed by a test: its lowering for a second
+    target starts from the first one's capture (fxdeploy.capture.memo), as in a user's process."""
+    return idioms.FACTORIES[name]()
+
+
 @pytest.fixture(scope="module", params=[(m, t) for m in idioms.FACTORIES for t in TARGETS],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def lowered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple:
@@ -119,7 +128,7 @@ def lowered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     and the same artifact saved and loaded back."""
     name, target = request.param
     require_target(target)
-    model, example = idioms.FACTORIES[name]()
+    model, example = built(name)
     deployed = fxdeploy.lower(model, example, target=target, dynamic_shapes=DYNAMIC)
     builtin = {s.name for s in builtin_substitutions()}  # torchvision's NMS functions, where installed
     assert set(deployed.manifest["info"]["substitutions"]) <= builtin
