@@ -6,9 +6,9 @@ One of those rules has a pattern of two output nodes (``SlicesSplit``: two Slice
 as one Split), and onnxscript matches such a pattern by listing every node of the graph for each
 candidate: time quadratic in the graph, where every other rule looks only at a node's producers.
 Detectors' postprocesses are rich in Slices. Without that rule, on the same unoptimized exports
-(benchmarks/onnx_optimize.py): torchvision's Faster R-CNN (3,491 nodes) 21.4 s -> 3.8 s, RetinaNet
-(2,920) 10.6 s -> 3.8 s, examples/idioms.py's SSD (1,454) 4.4 s -> 2.7 s, each giving the same
-bytes as torch.onnx's optimizer. So fxdeploy runs the optimizer's own passes, in its order, with
+(benchmarks/onnx_optimize.py, medians): torchvision's Faster R-CNN (3,491 nodes) 16.7 s -> 5.2 s,
+RetinaNet (2,920) 11.0 s -> 4.5 s, examples/idioms.py's SSD (1,454) 5.0 s -> 1.8 s, each giving the
+same bytes as torch.onnx's optimizer. So fxdeploy runs the optimizer's own passes, in its order, with
 every default rule whose pattern has one output node. Where onnxscript's rule list cannot be read
 (another onnxscript), torch.onnx's optimizer runs as it is.
 """
@@ -37,9 +37,9 @@ def optimize(program: Any) -> None:
     for _ in range(ROUNDS):
         changed = optimizer.fold_constants(model, onnx_shape_inference=True).modified
         changed = RewritePass(rules)(model).modified or changed
-        passes.Sequential(
+        changed = passes.Sequential(
             common.RemoveUnusedNodesPass(), common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()
-        )(model)
+        )(model).modified or changed
         if not changed:
             break
     passes.Sequential(
