@@ -30,6 +30,7 @@ from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
 from fxdeploy.passes.padding import pad_compactions
+from fxdeploy.passes.pool_divisors import pool_divisors
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.query_sized_masks import query_sized_masks
 from fxdeploy.passes.refuse_random_ops import refuse_random_ops
@@ -64,9 +65,12 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # topk promises no order among ties, so its pipeline keeps the partition).
 # antialiased_resizes on every ONNX target: OpenVINO reads an antialiased Resize as a plain one, and
 # ONNX Runtime's antialiased cubic weights are not torch's; it changes no outputs, so anywhere after cleanup.
+# pool_divisors on every ONNX target and ncnn: ONNX's AveragePool has no divisor override (torch.onnx
+# drops it) and ncnn cannot load pnnx's layer for one; anywhere after cleanup, and before
+# whole_input_pool, which then sees the plain pool.
 ONNX: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, antialiased_resizes, pad_compactions, topk_of_selection, precision_policy,
-    scatters_as_slices, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, antialiased_resizes, pad_compactions, topk_of_selection,
+    precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -80,9 +84,9 @@ ONNX: tuple[Pass, ...] = (
 # MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
-    topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
-    contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, antialiased_resizes, query_sized_masks, half_comparison_scalars,
+    pad_compactions, topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices,
+    half_rounding, contiguous_reshapes, tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
@@ -90,9 +94,9 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # half_rounding spells the rounding of the half values a comparison reads, after
 # half_comparison_scalars (whose casts to half it rounds too) and the passes that make comparisons.
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, whole_input_pool, full_spectrum_rffts, antialiased_resizes, half_comparison_scalars,
-    pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices, half_rounding,
-    contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, whole_input_pool, full_spectrum_rffts, antialiased_resizes,
+    half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
+    half_rounding, contiguous_reshapes, tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
@@ -121,8 +125,8 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # einsum_products and integer_powers beside it (spellings too).
 NCNN: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, empty_cat_inputs, functional_spellings, einsum_products, integer_powers,
-    whole_input_pool, pad_compactions, tensorize_outputs, padded_copies, scatters_as_slices, identity_indexing,
-    fold_constants, constant_lookups, vacuous_masks, input_attention_masks, float_attention_mask,
+    pool_divisors, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies, scatters_as_slices,
+    identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks, float_attention_mask,
     comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
 )
 

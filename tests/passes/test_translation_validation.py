@@ -40,8 +40,8 @@ FIRES: dict[str, set[str]] = {
                   "fold_constants", "unit_selects"},
     # its one attention mask is a constant of one value, which vacuous_masks now proves and drops
     # (float_attention_mask has its own tests: tests/passes/ncnn/test_float_attention_mask.py)
-    "layers": {"remove_dropout", "whole_input_pool", "vacuous_masks", "fold_constants", "strided_slices",
-               "unit_selects"},
+    "layers": {"remove_dropout", "whole_input_pool", "pool_divisors", "vacuous_masks", "fold_constants",
+               "strided_slices", "unit_selects"},
     "dynamic_batch": {"contiguous_reshapes", "pad_compactions", "whole_input_pool", "remove_noops"},
 }
 """What each family's programs must make fire: a check of passes that never rewrite anything checks nothing."""

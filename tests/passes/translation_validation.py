@@ -69,6 +69,9 @@ REASSOCIATING: dict[str, Closeness] = {
     # avg_pool2d over the whole input as mean(x, [-2, -1]): the same sum over the same area, added in
     # another order (seen: 1 ulp).
     "whole_input_pool": Closeness(1e-6, 1e-6),
+    # an average pool with a divisor override as the plain pool times prod(kernel) / divisor: two
+    # roundings instead of one.
+    "pool_divisors": Closeness(1e-6, 1e-6),
     # rfft as the first half of a complex fft: the same sums, by another FFT plan (seen: 2.4e-7).
     "full_spectrum_rffts": Closeness(1e-6, 1e-6),
     # an antialiased resize as gathered taps times torch's own weights, summed per axis by a reduction

@@ -564,7 +564,8 @@ def layer(b: Builder) -> Statement | None:
         h, w = t.shape[-2:]
         line = f"{name} = " + b.one_of([
             f"F.avg_pool2d({t.name}, ({h}, {w}))", f"F.avg_pool2d({t.name}, ({h + 2}, {w + 1}), ceil_mode=True)",
-            f"F.adaptive_avg_pool2d({t.name}, 1)", f"F.max_pool2d({t.name}, 2)", f"F.avg_pool2d({t.name}, 2)"])
+            f"F.adaptive_avg_pool2d({t.name}, 1)", f"F.max_pool2d({t.name}, 2)",
+            f"F.avg_pool2d({t.name}, 2, divisor_override=3)"])
     elif how == "attention" and rank == 4:
         length = t.shape[2]
         mask = b.one_of(["None", f"torch.ones({length}, {length}, dtype=torch.bool)",
