@@ -41,6 +41,7 @@ from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.topk_of_selection import topk_of_selection
 from fxdeploy.passes.whole_input_pool import whole_input_pool
+from fxdeploy.passes.wrapping_bytes import wrapping_bytes
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
 # refuse_random_ops after remove_dropout, which takes the dropouts that return their input.
@@ -93,10 +94,12 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # so anywhere after cleanup. Its CPU plugin computes f16 in f32 and drops the Cast to f16:
 # half_rounding spells the rounding of the half values a comparison reads, after
 # half_comparison_scalars (whose casts to half it rounds too) and the passes that make comparisons.
+# Its CPU plugin saturates uint8 and int8 arithmetic, which torch wraps: wrapping_bytes computes it in
+# int32 and wraps it (it changes no outputs, so anywhere after cleanup).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, whole_input_pool, full_spectrum_rffts, antialiased_resizes,
-    half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
-    half_rounding, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, whole_input_pool, full_spectrum_rffts, wrapping_bytes,
+    antialiased_resizes, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy,
+    infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
