@@ -40,6 +40,7 @@ from fxdeploy.passes.remove_noops import remove_noops
 from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.topk_of_selection import topk_of_selection
+from fxdeploy.passes.value_lookups import value_lookups
 from fxdeploy.passes.whole_input_pool import whole_input_pool
 from fxdeploy.passes.wrapping_bytes import wrapping_bytes
 
@@ -68,10 +69,11 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # ONNX Runtime's antialiased cubic weights are not torch's; it changes no outputs, so anywhere after cleanup.
 # pool_divisors on every ONNX target and ncnn: ONNX's AveragePool has no divisor override (torch.onnx
 # drops it) and ncnn cannot load pnnx's layer for one; anywhere after cleanup, and before
-# whole_input_pool, which then sees the plain pool.
+# whole_input_pool, which then sees the plain pool. value_lookups on every ONNX target: torch.onnx has
+# no searchsorted (and writes isin through one); after cleanup, which unwraps the constant sequences.
 ONNX: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, antialiased_resizes, pad_compactions, topk_of_selection,
-    precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, antialiased_resizes, pad_compactions,
+    topk_of_selection, precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -85,9 +87,9 @@ ONNX: tuple[Pass, ...] = (
 # MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, antialiased_resizes, query_sized_masks, half_comparison_scalars,
-    pad_compactions, topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices,
-    half_rounding, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, antialiased_resizes, query_sized_masks,
+    half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, exact_score_sigmoid,
+    infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
@@ -97,7 +99,7 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # Its CPU plugin saturates uint8 and int8 arithmetic, which torch wraps: wrapping_bytes computes it in
 # int32 and wraps it (it changes no outputs, so anywhere after cleanup).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, whole_input_pool, full_spectrum_rffts, wrapping_bytes,
+    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, whole_input_pool, full_spectrum_rffts, wrapping_bytes,
     antialiased_resizes, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy,
     infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs,
 )

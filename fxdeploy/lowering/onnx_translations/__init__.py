@@ -28,7 +28,7 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
     Every flavour writes shifts of unsigned integers as BitShift (``shifts.py``), and ``atan2`` and a real
     ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
     rule (``histc.py``), ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``), and
-    ``hypot``, which torch.onnx lacks (``hypot.py``).
+    ``hypot`` and a stable ``sort``, which torch.onnx lacks (``hypot.py``, ``sort.py``).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
     """
@@ -74,6 +74,7 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
         softmax_int_standard,
         softmax_standard,
     )
+    from fxdeploy.lowering.onnx_translations.sort import sort_stable
 
     aten = torch.ops.aten
     table: dict[torch._ops.OpOverload, Callable] = {
@@ -84,6 +85,7 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
         aten.histc.default: histc,
         aten.log_sigmoid.default: log_sigmoid,
         aten.hypot.default: hypot,
+        aten.sort.stable: sort_stable,
     }
     if flavour != "openvino":
         table[aten._softmax.default] = softmax_standard
