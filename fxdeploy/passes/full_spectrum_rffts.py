@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import fill_meta
+from fxdeploy.passes.graph_utils import replaced_by
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
@@ -33,9 +33,7 @@ def full_spectrum_rffts(gm: torch.fx.GraphModule, settings: Settings) -> PassRes
         with gm.graph.inserting_before(node):
             new: list[torch.fx.Node] = []
             kept = _half_spectrum(gm.graph, x, n, dim, norm, node.meta["val"].shape[dim], new)
-        for inserted in new:
-            inserted.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-        fill_meta(new)
+        replaced_by(new, node)
         node.replace_all_uses_with(kept)
         gm.graph.erase_node(node)
         modified = True

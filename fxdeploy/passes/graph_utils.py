@@ -79,6 +79,14 @@ def fill_meta(new: list[torch.fx.Node], fresh_sizes: bool = False) -> None:
             node.meta["val"] = node.target(*args, **kwargs)
 
 
+def replaced_by(new: list[torch.fx.Node], node: torch.fx.Node) -> None:
+    """The nodes ``new`` inserted in place of ``node``: ``node``'s meta (its call site, not its
+    value) on each, then their values (``fill_meta``)."""
+    for inserted in new:
+        inserted.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    fill_meta(new)
+
+
 def unbacked_symbols(value: Any) -> set[str]:
     """Names of data-dependent sizes (u0, u1...) in a fake tensor's shape."""
     if not isinstance(value, torch.Tensor):

@@ -29,7 +29,9 @@ from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
+from fxdeploy.passes.order_statistics import order_statistics
 from fxdeploy.passes.padding import pad_compactions
+from fxdeploy.passes.pairwise_distances import pairwise_distances
 from fxdeploy.passes.pool_divisors import pool_divisors
 from fxdeploy.passes.precision_policy import precision_policy
 from fxdeploy.passes.query_sized_masks import query_sized_masks
@@ -71,9 +73,11 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # drops it) and ncnn cannot load pnnx's layer for one; anywhere after cleanup, and before
 # whole_input_pool, which then sees the plain pool. value_lookups on every ONNX target: torch.onnx has
 # no searchsorted (and writes isin through one); after cleanup, which unwraps the constant sequences.
+# order_statistics and pairwise_distances beside it: torch.onnx has no median, kthvalue or cdist.
 ONNX: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, antialiased_resizes, pad_compactions,
-    topk_of_selection, precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
+    antialiased_resizes, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices, contiguous_reshapes,
+    tensorize_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -87,9 +91,10 @@ ONNX: tuple[Pass, ...] = (
 # MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, antialiased_resizes, query_sized_masks,
-    half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, exact_score_sigmoid,
-    infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
+    antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions, topk_of_selection,
+    precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
+    tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
@@ -99,9 +104,10 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # Its CPU plugin saturates uint8 and int8 arithmetic, which torch wraps: wrapping_bytes computes it in
 # int32 and wraps it (it changes no outputs, so anywhere after cleanup).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, whole_input_pool, full_spectrum_rffts, wrapping_bytes,
-    antialiased_resizes, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy,
-    infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs,
+    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
+    whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes, half_comparison_scalars,
+    pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices, half_rounding,
+    contiguous_reshapes, tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

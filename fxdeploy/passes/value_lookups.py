@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import attribute, fill_meta
+from fxdeploy.passes.graph_utils import attribute, replaced_by
 from fxdeploy.passes.ncnn.fold_constants import written_in_place
 from fxdeploy.passes.remove_noops import IDENTITY_OPS
 from fxdeploy.settings import Settings
@@ -39,9 +39,7 @@ def value_lookups(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
             continue
         with gm.graph.inserting_before(node):
             new = _isin(gm.graph, node) if node.target in ISIN else _searchsorted(gm.graph, node)
-        for inserted in new:
-            inserted.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-        fill_meta(new)
+        replaced_by(new, node)
         node.replace_all_uses_with(new[-1])
         gm.graph.erase_node(node)
         modified = True

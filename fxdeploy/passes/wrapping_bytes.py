@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import fill_meta
+from fxdeploy.passes.graph_utils import replaced_by
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
@@ -63,8 +63,6 @@ def _replace(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         if dtype == torch.int8:
             new.append(graph.call_function(aten.sub.Tensor, (new[-1], 128)))
         new.append(graph.call_function(aten._to_copy.default, (new[-1],), {"dtype": dtype}))
-    for inserted in new:
-        inserted.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-    fill_meta(new)
+    replaced_by(new, node)
     node.replace_all_uses_with(new[-1])
     graph.erase_node(node)

@@ -146,7 +146,7 @@ def test_translation_table() -> None:
     expected = {fxdeploy_ops.multiclass_nms.default, fxdeploy_ops.nms.default, fxdeploy_ops.batched_nms.default}
     softmax = {torch.ops.aten._softmax.default, torch.ops.aten.softmax.int}
     everywhere = {torch.ops.aten.softmax.int, torch.ops.aten.log_softmax.int, torch.ops.aten.log_sigmoid.default,
-                  torch.ops.aten.hypot.default}
+                  torch.ops.aten.hypot.default, torch.ops.aten.sort.stable}
     aten = torch.ops.aten
     shifts = {aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
               aten.bitwise_left_shift.Tensor_Scalar, aten.__rshift__.Scalar, aten.__rshift__.Tensor,
