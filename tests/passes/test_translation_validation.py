@@ -299,6 +299,43 @@ MASKED_MAXES = Program(
 """Max pools and reductions over a -inf mask, then an ``isinf`` guard, and a min over its negation
 (``infinite_windows``)."""
 
+LOOKUPS = Program(
+    body=(
+        "v0 = torch.searchsorted(torch.tensor([-1.0, 0.0, 0.0, 0.5]), x0.contiguous(), right=True)",
+        "v1 = torch.bucketize(x0, torch.tensor([-0.5, 0.5])) + torch.searchsorted(torch.tensor([0.0, 1.0]), x0)",
+        "v2 = torch.isin((x0 * 2).round(), torch.tensor([0.0, 1.0]), invert=True)",
+        "return (v0, v1, v2)",
+    ),
+    inputs=(Input("x0", (3, 8), dynamic=True),),
+)
+"""Searches over constant edges (a repeated one) and a class-style membership test (``value_lookups``)."""
+
+ORDER_STATISTICS = Program(
+    body=("v0 = x0.median(dim=1).values", "v1 = x0.kthvalue(2, dim=0, keepdim=True)[0]", "v2 = x0.median()",
+          "return (x0 > v0[:, None], v1, v2)"),
+    inputs=(Input("x0", (5, 6)),),
+)
+"""Medians and a k-th value whose indices nothing reads (``order_statistics``)."""
+
+DISTANCES = Program(
+    body=("return (torch.cdist(x0, x1), torch.cdist(x0, x1, p=1.0), torch.cdist(x0, x1, p=float('inf')))",),
+    inputs=(Input("x0", (4, 3)), Input("x1", (5, 3))),
+)
+"""Pairwise distances in three norms (``pairwise_distances``)."""
+
+BYTES = Program(
+    body=("v0 = (x0.abs() * 100).to(torch.uint8)", "v1 = (v0 + 200) * 3 - v0",
+          "v2 = -(x0 * 50).to(torch.int8) * 3 + 100", "return (v1, v2)"),
+    inputs=(Input("x0", (2, 7), dynamic=True),),
+)
+"""Byte arithmetic that wraps (``wrapping_bytes``)."""
+
+POOL_DIVISORS = Program(
+    body=("return (F.avg_pool2d(x0, 3, 2, 1, divisor_override=4), F.avg_pool2d(x0, 2, divisor_override=1))",),
+    inputs=(Input("x0", (2, 3, 8, 8), dynamic=True),),
+)
+"""Average pools with a divisor override (``pool_divisors``)."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "masked_maxes": (MASKED_MAXES, {"infinite_windows"}),
     "half_comparisons": (HALF_COMPARISONS, {"half_comparison_scalars", "half_rounding"}),
@@ -314,6 +351,11 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "swin_windows": (SWIN_WINDOWS, set()),
     "attention_heads": (ATTENTION_HEADS, {"contiguous_reshapes"}),
     "permute_then_view": (PERMUTE_THEN_VIEW, set()),
+    "lookups": (LOOKUPS, {"value_lookups"}),
+    "order_statistics": (ORDER_STATISTICS, {"order_statistics"}),
+    "distances": (DISTANCES, {"pairwise_distances"}),
+    "bytes": (BYTES, {"wrapping_bytes"}),
+    "pool_divisors": (POOL_DIVISORS, {"pool_divisors"}),
 }
 """Each program and the passes that must rewrite it (a check of a pass that did not fire checks nothing)."""
 

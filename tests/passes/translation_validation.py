@@ -72,6 +72,8 @@ REASSOCIATING: dict[str, Closeness] = {
     # an average pool with a divisor override as the plain pool times prod(kernel) / divisor: two
     # roundings instead of one.
     "pool_divisors": Closeness(1e-6, 1e-6),
+    # cdist as the norm of broadcast differences: the same sums, in another order than torch's kernel.
+    "pairwise_distances": Closeness(1e-6, 1e-6),
     # rfft as the first half of a complex fft: the same sums, by another FFT plan (seen: 2.4e-7).
     "full_spectrum_rffts": Closeness(1e-6, 1e-6),
     # an antialiased resize as gathered taps times torch's own weights, summed per axis by a reduction
