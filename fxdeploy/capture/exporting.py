@@ -210,8 +210,11 @@ def _quiet() -> Iterator[None]:
     """Dynamo logs a failed trace at error level (the guards, the frames), and torch.export prints
     the partial graph of a failed export to stderr: the CaptureError says what broke, so torch's
     loggers are held above error level, and its stderr output goes to fxdeploy's debug log."""
-    names = ["torch"] + [n for n in logging.root.manager.loggerDict if n.startswith("torch.")]
-    loggers = [logging.getLogger(name) for name in names]  # torch._logging sets levels on children
+    # torch._logging sets levels on children; one without its own level takes its parent's. Each
+    # setLevel clears every logger's cache, so only those with a level are set (not all ~300).
+    children = [lg for n, lg in logging.root.manager.loggerDict.items()
+                if n.startswith("torch.") and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET]
+    loggers = [logging.getLogger("torch"), *children]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)

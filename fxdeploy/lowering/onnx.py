@@ -96,20 +96,10 @@ def _upper_bounds(program: torch.export.ExportedProgram) -> dict[str, int]:
 
 def _export(program: torch.export.ExportedProgram, args: tuple[Any, ...], input_names: Sequence[str],
             output_names: Sequence[str], flavour: str, opset: int) -> torch.onnx.ONNXProgram:
+    from fxdeploy.lowering.onnx_registry import export_program
     from fxdeploy.lowering.onnx_translations import translation_table
 
-    return torch.onnx.export(
-        program,
-        args,
-        dynamo=True,
-        input_names=list(input_names),
-        output_names=list(output_names),
-        custom_translation_table=translation_table(flavour),
-        opset_version=opset,
-        optimize=False,
-        verbose=False,
-        report=False,
-    )
+    return export_program(program, args, input_names, output_names, translation_table(flavour), opset)
 
 
 def save_onnx(program: torch.onnx.ONNXProgram, path: Path, settings: Settings) -> list[str]:
