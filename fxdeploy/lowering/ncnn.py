@@ -30,6 +30,7 @@ from fxdeploy.lowering.ncnn_checks import batch_first, batch_symbol, head_output
 from fxdeploy.lowering.ncnn_convert import (
     BIN,
     PARAM,
+    InputPassedThrough,
     UnconvertedLayers,
     check_blobs,
     check_layers,
@@ -105,8 +106,11 @@ def _lower_stages(
             labels = [input_names[source.index] if source.stage is None and s == 0 else f"stage {s} input #{k}"
                       for k, source in enumerate(stage.inputs)]
             names = output_names if parts is None else None
-            work: Engine | Host = _lower_engine(
-                stage.module, args, labels, names, out_dir, engine_files(s), fp16=fp16, batch=batch)
+            try:
+                work: Engine | Host = _lower_engine(
+                    stage.module, args, labels, names, out_dir, engine_files(s), fp16=fp16, batch=batch)
+            except InputPassedThrough as exc:
+                raise LoweringError(f"{exc}{_on_the_host(stages)}; lower to torchscript or onnxruntime") from None
         else:
             work = _write_host(stage.module, out_dir / f"host.{s}.pt")
         planned.append(Stage(tuple(stage.inputs), work))
@@ -137,6 +141,12 @@ def _host_ops(module: torch.fx.GraphModule) -> tuple[HostOp, ...]:
         if node.op == "call_function" and "getitem" not in str(node.target):
             reasons.setdefault(str(node.target), {})[node.meta.get(HOST_REASON, COPIED_IN)] = None
     return tuple(HostOp(op, "; ".join(why)) for op, why in reasons.items())
+
+
+def _on_the_host(stages: list[Part]) -> str:
+    """The ops the host stages run, each with why, for a refusal."""
+    ops = [f"{op.op} ({op.why})" for stage in stages if stage.kind != "engine" for op in _host_ops(stage.module)]
+    return f"; the graph's work runs on the host: {'; '.join(ops)}" if ops else ""
 
 
 def _is_empty(stage: Part) -> bool:

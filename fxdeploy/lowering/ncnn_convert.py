@@ -169,15 +169,21 @@ def check_layers(param: Path, *, dynamic_sizes: bool = False) -> None:
         )
 
 
+class InputPassedThrough(LoweringError):
+    """pnnx wrote an engine input straight to an output: the engine stage computes nothing from it."""
+
+
 def check_blobs(param: Path, inputs: int, outputs: int) -> None:
     """pnnx names graph inputs in0.. and outputs out0.. in order; the executor relies on that."""
-    blobs: set[str] = set()
-    for line in param.read_text().splitlines()[2:]:
-        fields = line.split()  # type name bottom_count top_count bottoms... tops... key=value...
-        if len(fields) >= 4:
-            blobs.update(fields[4 : 4 + int(fields[2]) + int(fields[3])])
+    graph = layers(param)
+    blobs = {blob for layer in graph for blob in (*layer.bottoms, *layer.tops)}
     expected = [f"in{k}" for k in range(inputs)] + [f"out{k}" for k in range(outputs)]
     missing = [blob for blob in expected if blob not in blobs]
+    through = {layer.name: layer.tops for layer in graph if layer.kind == "Input" and layer.name in missing}
+    if through:  # a stage whose output copies its input: pnnx names the Input layer's blob as the output
+        passed = ", ".join(f"{name} to {', '.join(tops)}" for name, tops in through.items())
+        raise InputPassedThrough(f"ncnn: pnnx wrote no layer that reads the engine's input ({passed}, unchanged): "
+                                 "the engine stage computes nothing from it")
     if missing:
         raise LoweringError(
             f"ncnn: pnnx produced no blob(s) {missing} (an unused input, or an output returned twice?); "

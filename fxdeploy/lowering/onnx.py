@@ -69,7 +69,24 @@ def export_onnx(
         raise LoweringError(_explain(exc, gm)) from exc
     model = onnx_program.model
     model.ir_version = min(model.ir_version, settings.onnx.ir_version)
+    _number_tie_free(model)
     return onnx_program
+
+
+def _number_tie_free(model: Any) -> None:
+    """multiclass_nms's translation names its tie-free TopKs' outputs by object id, unique while it
+    exports (``TIE_FREE``); they are numbered in graph order instead, so that one program always
+    exports the same bytes."""
+    from onnx_ir.traversal import RecursiveGraphIterator
+
+    from fxdeploy.artifact.onnx_files import TIE_FREE
+
+    count = 0
+    for node in RecursiveGraphIterator(model.graph):
+        for value in node.outputs:
+            if value.name and value.name.startswith(TIE_FREE + "_"):
+                role = value.name[len(TIE_FREE) + 1:].rsplit("_", 1)[0]
+                value.name, count = f"{TIE_FREE}_{role}_{count}", count + 1
 
 
 @contextlib.contextmanager

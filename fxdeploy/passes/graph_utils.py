@@ -169,3 +169,20 @@ def attribute(gm: torch.fx.GraphModule, node: object) -> object:
     for part in str(node.target).split("."):
         value = getattr(value, part, None)
     return value
+
+
+def written_in_place(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """Tensors written in place, through any views of them (a batch buffer that images are copied
+    into): they are the written values, not constants."""
+    written: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None or not schema.is_mutable or not node.args:
+            continue
+        base = node.args[0]
+        while isinstance(base, torch.fx.Node) and base not in written:
+            written.add(base)
+            returns = getattr(getattr(base.target, "_schema", None), "returns", ())
+            aliases = base.op == "call_function" and returns and returns[0].alias_info is not None
+            base = base.args[0] if aliases and base.args else None
+    return written

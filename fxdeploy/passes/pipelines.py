@@ -39,6 +39,7 @@ from fxdeploy.passes.refuse_random_ops import refuse_random_ops
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
+from fxdeploy.passes.running_extrema import running_extrema
 from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.topk_of_selection import topk_of_selection
@@ -73,11 +74,12 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # drops it) and ncnn cannot load pnnx's layer for one; anywhere after cleanup, and before
 # whole_input_pool, which then sees the plain pool. value_lookups on every ONNX target: torch.onnx has
 # no searchsorted (and writes isin through one); after cleanup, which unwraps the constant sequences.
-# order_statistics and pairwise_distances beside it: torch.onnx has no median, kthvalue or cdist.
+# order_statistics, pairwise_distances and running_extrema beside it: torch.onnx has no median,
+# kthvalue, cdist, cummax or cummin.
 ONNX: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    antialiased_resizes, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices, contiguous_reshapes,
-    tensorize_outputs,
+    running_extrema, antialiased_resizes, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
+    contiguous_reshapes, tensorize_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -92,9 +94,9 @@ ONNX: tuple[Pass, ...] = (
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions, topk_of_selection,
-    precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
-    tensorize_outputs,
+    running_extrema, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
+    topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
+    contiguous_reshapes, tensorize_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
@@ -105,9 +107,9 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # int32 and wraps it (it changes no outputs, so anywhere after cleanup).
 OPENVINO: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes, half_comparison_scalars,
-    pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices, half_rounding,
-    contiguous_reshapes, tensorize_outputs,
+    running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
+    half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
+    half_rounding, contiguous_reshapes, tensorize_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

@@ -21,8 +21,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import attribute, replaced_by
-from fxdeploy.passes.ncnn.fold_constants import written_in_place
+from fxdeploy.passes.graph_utils import attribute, replaced_by, written_in_place
 from fxdeploy.passes.remove_noops import IDENTITY_OPS
 from fxdeploy.settings import Settings
 

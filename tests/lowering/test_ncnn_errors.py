@@ -38,3 +38,41 @@ def test_a_pnnx_run_past_its_timeout_is_stopped_and_said(monkeypatch: pytest.Mon
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
     with pytest.raises(fxdeploy.LoweringError, match="pnnx did not finish converting the traced graph in 0.01 s"):
         fxdeploy.lower(model, (torch.rand(1, 3, 16, 16),), target="ncnn")
+
+
+class StridedWrite(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        y[:, ::2] = 0
+        return y
+
+
+class MaskedWrite(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        y[y < -1] = -1
+        return y
+
+
+class Copy(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+@pytest.mark.parametrize(("model", "said"), [
+    (StridedWrite(), ["the graph's work runs on the host: aten.slice_scatter.default (pnnx writes a stepped "]),
+    (MaskedWrite(), ["Tensor.index_put", "aten.index_put.default (pnnx has no ncnn layer for Tensor.index_put"]),
+    (Copy(), []),
+])
+def test_a_graph_that_leaves_the_engine_nothing_is_refused_naming_the_host_ops(model: nn.Module, said: list) -> None:
+    """What the host takes (a strided write; a masked write pnnx cannot convert) left the engine a
+    copy of its input, which pnnx writes as its Input layer alone: the refusal said "pnnx produced
+    no blob(s) ['in0'] (an unused input, or an output returned twice?)", naming no op."""
+    require_target("ncnn")
+    with pytest.raises(fxdeploy.LoweringError) as info:
+        fxdeploy.lower(model.eval(), (torch.randn(2, 8, 5),), target="ncnn", dynamic_shapes={"x": {0: "batch"}})
+    message = str(info.value)
+    assert all(text in message for text in said), message
+    assert "pnnx wrote no layer that reads the engine's input (in0 to out0, unchanged): the engine stage computes "\
+        "nothing from it" in message
+    assert message.endswith("; lower to torchscript or onnxruntime") and "no blob" not in message

@@ -87,3 +87,22 @@ def test_without_the_exporter_core_torch_onnx_export_writes_it(monkeypatch: pyte
     monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: calls.append(1) or original(*a, **k))
     assert _ours(program, args, "standard", 20) == want
     assert calls == [1]
+
+
+def test_one_program_exports_the_same_bytes_every_time() -> None:
+    """multiclass_nms's tie-free TopKs were named by object id: each export differed."""
+    from fxdeploy.artifact.onnx_files import TIE_FREE
+    from fxdeploy.lowering.onnx import export_onnx
+    from fxdeploy.settings import Settings
+
+    program, args = _program()
+    names = ["images"], ["a", "b", "c", "d", "e"]
+
+    def exported() -> bytes:
+        onnx_program = export_onnx(program.module(), args, *names, [{0: "batch"}], Settings(), opset=20,
+                                   program=program)
+        return onnx_program.model_proto.SerializeToString()
+
+    first = exported()
+    assert first.count(TIE_FREE.encode()) >= 2
+    assert exported() == first

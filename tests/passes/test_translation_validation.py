@@ -336,6 +336,13 @@ POOL_DIVISORS = Program(
 )
 """Average pools with a divisor override (``pool_divisors``)."""
 
+RUNNING_EXTREMA = Program(
+    body=("v0 = x0.round().cummax(1)", "v1 = torch.cummin(x0, -1)",
+          "return (v0.values, v0.indices, v1.values, v1.indices)"),
+    inputs=(Input("x0", (3, 8), dynamic=True),),
+)
+"""Running maxima with ties (rounded values) and running minima (``running_extrema``)."""
+
 REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "masked_maxes": (MASKED_MAXES, {"infinite_windows"}),
     "half_comparisons": (HALF_COMPARISONS, {"half_comparison_scalars", "half_rounding"}),
@@ -356,6 +363,7 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "distances": (DISTANCES, {"pairwise_distances"}),
     "bytes": (BYTES, {"wrapping_bytes"}),
     "pool_divisors": (POOL_DIVISORS, {"pool_divisors"}),
+    "running_extrema": (RUNNING_EXTREMA, {"running_extrema"}),
 }
 """Each program and the passes that must rewrite it (a check of a pass that did not fire checks nothing)."""
 

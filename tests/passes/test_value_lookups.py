@@ -9,7 +9,7 @@ import torch
 
 import fxdeploy
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.ncnn.fold_constants import written_in_place
+from fxdeploy.passes.graph_utils import written_in_place
 from fxdeploy.passes.value_lookups import check, value_lookups
 from fxdeploy.settings import Settings
 from tests.helpers import require_target

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.graph_utils import attribute
+from fxdeploy.passes.graph_utils import attribute, written_in_place
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
@@ -98,23 +98,6 @@ def _symbolic(node: Node) -> bool:
 
 def _static_size(node: Node) -> bool:
     return node.op == "call_function" and type(node.meta.get("val")) in (int, float, bool)
-
-
-def written_in_place(graph: torch.fx.Graph) -> set[Node]:
-    """Tensors written in place, through any views of them (a batch buffer that images are copied
-    into): they are the written values, not constants."""
-    written: set[Node] = set()
-    for node in graph.nodes:
-        schema = getattr(node.target, "_schema", None)
-        if node.op != "call_function" or schema is None or not schema.is_mutable or not node.args:
-            continue
-        base = node.args[0]
-        while isinstance(base, Node) and base not in written:
-            written.add(base)
-            returns = getattr(getattr(base.target, "_schema", None), "returns", ())
-            aliases = base.op == "call_function" and returns and returns[0].alias_info is not None
-            base = base.args[0] if aliases and base.args else None
-    return written
 
 
 def _read(node: Node) -> list[Node]:

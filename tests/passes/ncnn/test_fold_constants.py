@@ -7,7 +7,8 @@ import operator
 import torch
 
 from fxdeploy.passes import op_histogram
-from fxdeploy.passes.ncnn.fold_constants import MAX_ELEMENTS, check, fold_constants, written_in_place
+from fxdeploy.passes.graph_utils import written_in_place
+from fxdeploy.passes.ncnn.fold_constants import MAX_ELEMENTS, check, fold_constants
 from fxdeploy.settings import Settings
 from tests.passes.graphs import aten, build
 
