@@ -39,11 +39,13 @@ def export_program(program: torch.export.ExportedProgram, args: tuple[Any, ...],
 
 def registry(table: dict[Any, Callable], opset: int) -> Any:
     """torchlib's registry at ``opset`` (torchlib's own opset where it is lower, as torch.onnx
-    does) with ``table``'s translations registered: built on first use, then shared."""
+    does) with ``table``'s translations registered: built on first use, then shared while the
+    same op libraries are loaded."""
     from torch.onnx._internal.exporter import _constants, _registration
 
     registry_opset = max(opset, _constants.TORCHLIB_OPSET)
-    key = (registry_opset, tuple(table.items()))
+    # torchlib registers a library's ops (torchvision's roi_align) only once the library is loaded
+    key = (registry_opset, tuple(table.items()), frozenset(torch.ops.loaded_libraries))
     with _LOCK:
         found = _REGISTRIES.get(key)
         if found is None:

@@ -78,6 +78,16 @@ def test_each_opset_and_table_has_its_own_registry() -> None:
     assert all(d.onnx_function is not openvino[topk] for d in first.get_decomps(topk))
 
 
+def test_a_library_loaded_later_gets_a_registry_with_its_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchlib registers torchvision's ops (roi_align, nms) only once torchvision's library is
+    loaded: a registry built before must not serve an export after."""
+    table = translation_table("standard")
+    before = onnx_registry.registry(table, 20)
+    monkeypatch.setattr(torch.ops, "loaded_libraries", {*torch.ops.loaded_libraries, "/a/later/_C.so"})
+    after = onnx_registry.registry(table, 20)
+    assert after is not before and onnx_registry.registry(table, 20) is after
+
+
 def test_without_the_exporter_core_torch_onnx_export_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     program, args = _program()
     want = _public(program, args, "standard", 20)
