@@ -4,7 +4,8 @@ ONNX has no running maximum, and torch.onnx no translation for ``aten.cummax``/`
 a model keeping the best score so far (a running maximum over steps or anchors) was refused. Along
 the dim, of size n, element i of the values is the max (min) of elements 0..i: the elements laid
 out as an [n, n] grid, those past i masked to the identity of the reduction, reduced along j.
-NaN wins, as in torch: once a NaN is seen, every later value is NaN.
+NaN wins, as in torch: once a NaN is seen, every later value is NaN. The values returned are the
+elements at the indices below, as torch's kernel keeps them (the sign of a zero included).
 
 torch's index is that of the last element equal to the value (its kernel updates the index when
 an element ties the running extreme; a NaN ties a NaN): ``cummax([1, 3, 3, 2])`` gives indices
@@ -78,7 +79,8 @@ def _spelt(graph: torch.fx.Graph, node: torch.fx.Node, x: torch.fx.Node,
         return new[-1]
 
     source = call(aten._to_copy.default, (x,), {"dtype": torch.int32}) if dtype == torch.bool else x
-    row = call(aten.unsqueeze.default, (call(aten.transpose.int, (source, dim, last)), -2))  # element j: [..., 1, n]
+    along = call(aten.transpose.int, (source, dim, last))  # [..., n]
+    row = call(aten.unsqueeze.default, (along, -2))  # element j: [..., 1, n]
     j = call(aten.arange.default, (n,), {"dtype": torch.int64, "device": value.device})
     mask = call(aten.le.Tensor, (j, call(aten.unsqueeze.default, (j, -1))))  # j <= i: [n, n]
     values = call(reduce, (call(aten.where.ScalarOther, (mask, row, _identity(dtype, largest))), [-1]))
@@ -94,7 +96,8 @@ def _spelt(graph: torch.fx.Graph, node: torch.fx.Node, x: torch.fx.Node,
     hit = call(aten.logical_and.default, (hit, mask))
     last_hit = call(aten.amax.default, (call(aten.where.ScalarOther, (hit, j, -1)), [-1]))
     indices = call(aten.transpose.int, (last_hit, dim, last))
-    values = call(aten.transpose.int, (values, dim, last))
+    # the element at the index, as torch's kernel keeps it: -0.0 or 0.0 as eager (a reduction picks either)
+    values = call(aten.transpose.int, (call(aten.gather.default, (along, -1, last_hit)), dim, last))
     if dtype == torch.bool:
         values = call(aten.ne.Scalar, (values, 0))
     return new, values, indices

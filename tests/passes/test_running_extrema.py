@@ -60,6 +60,16 @@ def test_values_and_indices_are_torchs_along_every_dim(op: object, case: int) ->
                                got[~got.isnan()] if got.is_floating_point() else got), (dim, want, got)
 
 
+@pytest.mark.parametrize("op", [torch.cummax, torch.cummin])
+def test_a_zero_keeps_the_sign_eager_gives_it(op: object) -> None:
+    """torch keeps the last of equal values, -0.0 or 0.0; a max over the two may give either."""
+    x = torch.tensor([[-0.0, 0.0, -0.0, 1.0, -0.0], [0.0, -0.0, 0.0, -0.0, -1.0]])
+    model = Running(op, 1)
+    gm = applied(running_extrema, _graph(model, x))
+    (want, want_at), (got, got_at) = model(x), gm(x)
+    assert torch.equal(want_at, got_at) and torch.equal(want.signbit(), got.signbit()), (want, got)
+
+
 def test_what_stays_says_why() -> None:
     dynamic = _graph(Running(torch.cummax, 1), torch.randn(2, 5), ({1: torch.export.Dim("n", min=2, max=64)},))
     node = next(n for n in dynamic.graph.nodes if "cummax" in str(n.target))
