@@ -86,29 +86,14 @@ def prepare(out: Path, name: str = "yolo11n") -> None:
 
 def _tensorrt_onnx(model, x, out: Path) -> None:
     """The TensorRT target's ONNX (opset 20, ONNX NonMaxSuppression), exactly what its engine is
-    built from, at a dynamic batch: written by the target's ONNX step, as tests/e2e/test_tensorrt_onnx.py
-    does, since the engine step needs TensorRT."""
-    import fxdeploy
-    from fxdeploy.capture import batching, capture, substitution
-    from fxdeploy.passes.base import run_pipeline
-    from fxdeploy.passes.record import record, update
-    from fxdeploy.targets import LoweringJob, get_target
-    from fxdeploy.targets.tensorrt import tensorrt_onnx
+    built from, at a dynamic batch: written by the target's ONNX step, as the tests do
+    (``tests.helpers.tensorrt_onnx_file``), since the engine step needs TensorRT."""
+    from tests.helpers import tensorrt_onnx_file
 
-    settings = fxdeploy.Settings()
-    captured = capture(model, (x,), dynamic_shapes={"images": {0: ("batch", 1, 8)}},
-                       substitutions=substitution.resolve(None), settings=settings)
-    gm = captured.graph_module
-    update(gm, output_names=tuple(captured.output_names))
-    gm, _ = run_pipeline(gm, get_target("tensorrt").pipeline, settings)
-    names = [leaf["name"] for leaf in record(gm).output_leaves if leaf["kind"] != "constant"]
     folder = out / "tensorrt.dir"
     folder.mkdir()
-    job = LoweringJob(gm, captured.example_inputs, captured.input_names, names,
-                      captured.export_dynamic_shapes, settings, folder)
-    engine = batching.engine_for(get_target("tensorrt"), captured, settings)
-    assert engine.vectorize, engine.why
-    tensorrt_onnx(batching.vectorized_job(job, captured, engine))
+    _, _, job = tensorrt_onnx_file(model, (x,), {"images": {0: ("batch", 1, 8)}}, folder)
+    assert job.graph_module is not None
     _one_file(folder, out / "tensorrt.onnx")
 
 

@@ -91,3 +91,29 @@ def assert_batched_engine(deployed: fxdeploy.Deployed, saved: Path) -> None:
 
         config, _ = parse_config(export_triton(saved, saved.parent / "triton", model_name="detector"))
         assert config.max_batch_size == per_image["max"] and config.HasField("dynamic_batching"), config
+
+
+def tensorrt_onnx_file(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic_shapes: Any,
+                       out_dir: Path) -> tuple[Path, list[str], Any]:
+    """The TensorRT target's ONNX (what its engine is built from, written where TensorRT is absent),
+    vectorized where the model loops over its images: the file, its output names and the job."""
+    from fxdeploy.capture import batching, capture
+    from fxdeploy.passes.base import run_pipeline
+    from fxdeploy.passes.record import record, update
+    from fxdeploy.targets import LoweringJob, get_target
+    from fxdeploy.targets.tensorrt import tensorrt_onnx
+
+    settings, target = fxdeploy.Settings(), get_target("tensorrt")
+    captured = capture(model, example, dynamic_shapes=dynamic_shapes, settings=settings)
+    gm = captured.graph_module
+    update(gm, output_names=tuple(captured.output_names))
+    gm, _ = run_pipeline(gm, target.pipeline, settings)
+    names = [leaf["name"] for leaf in record(gm).output_leaves if leaf["kind"] != "constant"]
+    job = LoweringJob(gm, captured.example_inputs, captured.input_names, names, captured.export_dynamic_shapes,
+                      settings, out_dir)
+    if captured.per_image is not None:
+        engine = batching.engine_for(target, captured, settings)
+        job = batching.vectorized_job(job, captured, engine)
+        assert engine.batched, engine.why
+    tensorrt_onnx(job)
+    return out_dir / "model.onnx", names, job

@@ -34,8 +34,10 @@ def tensorrt_onnx(job: LoweringJob) -> Lowered:
     """The ONNX step alone: what the TensorRT parser will see. For INT8, explicitly quantized:
     symmetric int8 Q/DQ pairs from the calibration (the graph's float region left float), which a
     strongly typed network builds as written (TensorRT 10 deprecates, and 11 removes, its implicit
-    INT8 calibrator)."""
-    lowered = lower_onnx(job, flavour=job.settings.tensorrt.nms_flavour, opset=OPSET)
+    INT8 calibrator). A ``topk`` or stable sort does not rely on how TensorRT's TopK orders ties
+    (``onnx_translations.UNORDERED_TIES``)."""
+    nms = job.settings.tensorrt.nms_flavour  # "standard": ONNX NonMaxSuppression, TensorRT's INMSLayer
+    lowered = lower_onnx(job, flavour="tensorrt" if nms == "standard" else nms, opset=OPSET)
     if job.calibration is not None:
         from fxdeploy.quantize.onnxruntime import quantize
 

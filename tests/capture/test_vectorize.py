@@ -20,7 +20,7 @@ from fxdeploy.parity import compare_outputs
 from tests.detections import assert_same_detections
 from tests.detectors.test_tiny_yolo import images
 from tests.detectors.test_tiny_yolo import tiny_yolo as build_tiny_yolo
-from tests.helpers import count_engine_calls, require_target
+from tests.helpers import count_engine_calls, require_target, tensorrt_onnx_file
 from tests.integrations.test_triton import assert_matches, parse_config
 
 SHAPES = {"images": {0: ("batch", 1, 8)}}
@@ -174,27 +174,12 @@ def test_tensorrt_onnx_carries_the_batch_and_its_profile_spans_min_opt_max(tmp_p
     vectorized: batch 1 and 8 on ONNX Runtime match eager; the profile spans the batch range."""
     import onnxruntime as ort
 
-    from fxdeploy.capture import batching, capture
     from fxdeploy.lowering.tensorrt import profile_shapes
-    from fxdeploy.passes.base import run_pipeline
-    from fxdeploy.passes.record import record, update
-    from fxdeploy.targets import LoweringJob, get_target
-    from fxdeploy.targets.tensorrt import tensorrt_onnx
 
-    model, settings, target = tiny_yolo(), fxdeploy.Settings(), get_target("tensorrt")
-    captured = capture(model, (images(2, 0),), dynamic_shapes=SHAPES, settings=settings)
-    gm = captured.graph_module
-    update(gm, output_names=tuple(captured.output_names))
-    gm, _ = run_pipeline(gm, target.pipeline, settings)
-    names = [leaf["name"] for leaf in record(gm).output_leaves if leaf["kind"] != "constant"]
-    job = LoweringJob(gm, captured.example_inputs, captured.input_names, names, captured.export_dynamic_shapes,
-                      settings, tmp_path)
-    engine = batching.engine_for(target, captured, settings)
-    job = batching.vectorized_job(job, captured, engine)
-    assert engine.batched, engine.why
+    model = tiny_yolo()
+    _, names, job = tensorrt_onnx_file(model, (images(2, 0),), SHAPES, tmp_path)
     assert profile_shapes(job.example_inputs, job.input_names, job.dynamic_shapes)["images"] == (
         [1, 3, 128, 128], [2, 3, 128, 128], [8, 3, 128, 128])
-    tensorrt_onnx(job)
     assert _onnx_batch_dim(tmp_path / "model.onnx")
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     for batch, seed in ((1, 3), (8, 2)):

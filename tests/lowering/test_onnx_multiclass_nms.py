@@ -152,12 +152,17 @@ def test_translation_table() -> None:
               aten.bitwise_left_shift.Tensor_Scalar, aten.__rshift__.Scalar, aten.__rshift__.Tensor,
               aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar}
     exact = {aten.atan2.default, aten.angle.default, aten.histc.default}  # torch's signed zeros and bins
-    for flavour in ("standard", "efficient_nms_trt"):
-        assert set(translation_table(flavour)) == expected | softmax | everywhere | shifts | exact
+    assert set(translation_table("standard")) == expected | softmax | everywhere | shifts | exact
+    for flavour in ("tensorrt", "efficient_nms_trt"):  # TensorRT's TopK promises no order among ties
+        table = translation_table(flavour)
+        assert set(table) == expected | softmax | {aten.topk.default, aten.sort.default} | everywhere | shifts | exact
+        assert table[aten.topk.default].__name__ == "topk_any_tie_order"
+        assert table[aten.sort.stable].__name__ == "sort_stable_any_tie_order"
+        assert table[aten.sort.default].__name__ == "sort_any_tie_order"
     assert set(translation_table("openvino")) == expected | {aten.topk.default} | everywhere | shifts | exact
-    known = r"\['standard', 'openvino', 'efficient_nms_trt'\]"
-    with pytest.raises(ValueError, match=r"unknown flavour 'tensorrt'; known: " + known):
-        translation_table("tensorrt")
+    known = r"\['standard', 'openvino', 'tensorrt', 'efficient_nms_trt'\]"
+    with pytest.raises(ValueError, match=r"unknown flavour 'ncnn'; known: " + known):
+        translation_table("ncnn")
 
 
 def test_no_candidates_and_empty_inputs_give_padding_on_onnxruntime() -> None:

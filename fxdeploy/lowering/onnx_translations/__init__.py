@@ -12,7 +12,11 @@ import torch
 
 import fxdeploy.ops  # noqa: F401  (defines torch.ops.fxdeploy.*)
 
-FLAVOURS = ("standard", "openvino", "efficient_nms_trt")
+FLAVOURS = ("standard", "openvino", "tensorrt", "efficient_nms_trt")
+UNORDERED_TIES = ("tensorrt", "efficient_nms_trt")
+"""The flavours for TensorRT, whose TopK promises no order among equal values: ``aten.topk`` and a
+sort (stable or not: lower()'s check ran ONNX's index order) are written with TopKs whose
+result does not depend on it (``topk.py``)."""
 
 
 def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, Callable]:
@@ -24,7 +28,9 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
     - ``openvino``: the same graph with the IoU threshold one float32 step up, because OpenVINO
       suppresses at IoU == threshold where the contract does not; ``aten.topk`` without a stable
       TopK over its whole axis (``topk.py``).
-    - ``efficient_nms_trt``: TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
+    - ``tensorrt``: the standard graph, with ``aten.topk`` and a stable sort independent of the
+      order TensorRT's TopK leaves ties in (``topk.py``).
+    - ``efficient_nms_trt``: the same, with TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
     Every flavour writes shifts of unsigned integers as BitShift (``shifts.py``), and ``atan2`` and a real
     ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
     rule (``histc.py``), ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``), and
@@ -34,7 +40,7 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
     """
     from fxdeploy.lowering.onnx_translations.nms import batched_nms_standard, nms_standard
 
-    if flavour == "standard":
+    if flavour in ("standard", "tensorrt"):
         from fxdeploy.lowering.onnx_translations.multiclass_nms import multiclass_nms_standard
 
         multiclass = multiclass_nms_standard
@@ -54,10 +60,13 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
         torch.ops.fxdeploy.batched_nms.default: batched_nms_standard,
     }
     table.update(_aten_translations(flavour))
-    if flavour == "openvino":
-        from fxdeploy.lowering.onnx_translations.topk import topk_openvino
+    if flavour == "openvino" or flavour in UNORDERED_TIES:
+        from fxdeploy.lowering.onnx_translations import topk
 
-        table[torch.ops.aten.topk.default] = topk_openvino
+        table[torch.ops.aten.topk.default] = topk.topk_any_tie_order
+        if flavour in UNORDERED_TIES:  # OpenVINO's reader keeps a sort's TopK stable
+            table[torch.ops.aten.sort.stable] = topk.sort_stable_any_tie_order
+            table[torch.ops.aten.sort.default] = topk.sort_any_tie_order
     return table
 
 

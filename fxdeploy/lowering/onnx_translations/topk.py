@@ -1,14 +1,19 @@
-"""``aten.topk`` for OpenVINO: ONNX TopK's result (ties by the lower index) without a stable TopK
-over the whole axis.
+"""``aten.topk`` (and a stable sort) for runtimes whose TopK orders equal values its own way:
+ONNX TopK's result (ties by the lower index) from TopKs whose outputs do not depend on tie order.
 
 ONNX's TopK keeps equal values in index order (torch's CPU topk leaves ties in any order, so either
-is a correct result of the model); OpenVINO's ONNX frontend makes it unstable, and fxdeploy's
-reader (``fxdeploy.runtime.openvino.read_model``) makes it stable again.
-OpenVINO's stable TopK is slow on a long axis: a detector's ``topk(scores, 1000)`` over 1.3 M
-anchor scores (torchvision's RetinaNet at 320 px) took 5.3 s of a 7 s call; unstable, a few ms.
+is a correct result of the model, and ONNX Runtime's CPU provider, which lower()'s check runs,
+gives ONNX's). Two runtimes do not:
+- OpenVINO's ONNX frontend makes TopK unstable; fxdeploy's reader
+  (``fxdeploy.runtime.openvino.read_model``) makes it stable again, but OpenVINO's stable TopK is
+  slow on a long axis: a detector's ``topk(scores, 1000)`` over 1.3 M anchor scores (torchvision's
+  RetinaNet at 320 px) took 5.3 s of a 7 s call; unstable, a few ms.
+- GPU runtimes: ONNX Runtime's CUDA TopK ordered CenterNet's tied peaks otherwise than its CPU
+  provider (boxes 32 px apart swapped: ``benchmarks/gpu_onnx_sweep.py`` on a lent H200), and
+  TensorRT's TopK promises no order among ties: the TensorRT target's ONNX uses this translation.
 
-So the set is chosen with unstable TopKs whose outputs do not depend on how they order ties, and
-only the ``k`` chosen elements are ordered (``descending_order``):
+So the set is chosen with TopKs whose outputs do not depend on how they order ties, and only the
+``k`` chosen elements are ordered (``descending_order``):
 
 1. the k-th largest value ``t`` (a TopK's values are the same whatever order it leaves ties in);
 2. every element above ``t`` is chosen (at most k - 1 of them), and of those equal to ``t`` the
@@ -44,7 +49,7 @@ EXACT_FLOAT_INDEX = 2**24
 INF = float("inf")
 
 
-def topk_openvino(x: Any, k: Any, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Any, Any]:  # noqa: A002 - aten's name
+def topk_any_tie_order(x: Any, k: Any, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Any, Any]:  # noqa: A002 - aten's name
     axis = dim % rank(x)
     n = static_dim(x, axis)
     if not (
@@ -71,3 +76,24 @@ def topk_openvino(x: Any, k: Any, dim: int = -1, largest: bool = True, sorted: b
     order = descending_order(op.GatherElements(key, in_order, axis=axis), const([k]), axis, const([k]))
     indices = op.GatherElements(in_order, order, axis=axis)
     return op.GatherElements(x, indices, axis=axis), indices
+
+
+def sort_stable_any_tie_order(x: Any, stable: bool | None = None, dim: int = -1,
+                              descending: bool = False) -> tuple[Any, Any]:
+    """``aten.sort.stable`` as the whole axis's ``topk_any_tie_order``: equal values in index order
+    in both directions, as torch's stable sort; one TopK (``sort.py``) where that does not apply."""
+    from fxdeploy.lowering.onnx_translations.sort import sort_stable
+
+    if rank(x) == 0:
+        return sort_stable(x, stable, dim, descending)
+    n = static_dim(x, dim % rank(x))
+    if n is None or n == 0:
+        return sort_stable(x, stable, dim, descending)
+    return topk_any_tie_order(x, n, dim, largest=descending, sorted=True)
+
+
+def sort_any_tie_order(x: Any, dim: int = -1, descending: bool = False) -> tuple[Any, Any]:
+    """``aten.sort.default`` (``stable=False``, ``argsort``'s): torch leaves equal values in any order,
+    and lower()'s check ran ONNX's (index order); the runtime's TopK must not choose another, since
+    what follows may read the order (an NMS's tie rule over the sorted boxes)."""
+    return sort_stable_any_tie_order(x, None, dim, descending)
