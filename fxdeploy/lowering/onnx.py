@@ -153,7 +153,11 @@ def _explain(exc: Exception, gm: torch.fx.GraphModule | None = None) -> str:
         root = root.split("## Exception summary", 1)[1].strip()
     detail = root.splitlines()[0] if root else type(chain[-1]).__name__
     where = f" at {call_site(node)} (node {node.name}, {node.target})" if node is not None else ""
-    return f"ONNX lowering failed{where}: {type(chain[-1]).__name__}: {detail[:500]}\n{_ADVICE}"
+    from fxdeploy.passes.left_ops import why_left
+
+    left = why_left(gm, node) if gm is not None and node is not None else None
+    reason = f"\n  {left}" if left else ""
+    return f"ONNX lowering failed{where}: {type(chain[-1]).__name__}: {detail[:500]}{reason}\n{_ADVICE}"
 
 
 @contextlib.contextmanager
