@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from fxdeploy.capture.frames import Frame, chain, internal, qualified, section_frames, source, traceback_frames
+from fxdeploy.capture.frames import Frame, chain, qualified, reached, section_frames, source, traceback_frames
 
 _GUARD = re.compile(r"Could not guard on data-dependent expression (?P<expr>.+?) \(unhinted")
 _SIZE_LIKE = re.compile(r"\(Size-like symbols: (?P<symbols>[^)]*)\)")
@@ -57,7 +57,7 @@ def parse(exc: BaseException | None) -> Guard | None:
 
 
 def _outside(frames: list[Frame]) -> tuple[Frame, ...]:
-    return tuple(f for f in frames if not internal(f.file))
+    return tuple(reached(frames))
 
 
 def elsewhere(second: BaseException, first: BaseException) -> bool:

@@ -24,7 +24,7 @@ import sympy
 import torch
 
 from fxdeploy.capture.branches import Guard, explain
-from fxdeploy.capture.frames import Frame, internal
+from fxdeploy.capture.frames import Frame, reached
 from fxdeploy.errors import CaptureError
 
 _LOGGER = "torch.fx.experimental.symbolic_shapes"
@@ -58,7 +58,7 @@ def _user_frames() -> tuple[Frame, ...]:
     # dynamo runs the user's bytecode itself, so its tracing context holds the user's stack; a
     # non-strict capture runs the model's Python, so the interpreter's stack does
     stack = torch._guards.TracingContext.extract_stack() or traceback.extract_stack()
-    return tuple(Frame(f.filename, f.lineno or 0, f.name) for f in stack if not internal(f.filename))
+    return tuple(reached(Frame(f.filename, f.lineno or 0, f.name) for f in stack))
 
 
 @contextlib.contextmanager

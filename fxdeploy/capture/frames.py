@@ -10,6 +10,7 @@ import re
 import sys
 import sysconfig
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +56,15 @@ def chain(exc: BaseException | None) -> list[BaseException]:
         chain.append(exc)
         exc = exc.__cause__ or exc.__context__
     return chain
+
+
+def reached(frames: Iterable[Frame]) -> list[Frame]:
+    """The user's frames that fxdeploy's call reached (the model's code), outermost first: those
+    before fxdeploy's first frame (the script, notebook or test that called it) are not the model's,
+    and torch's, fxdeploy's and Python's own go too."""
+    frames = list(frames)
+    first = next((i for i, f in enumerate(frames) if f.file.startswith(_LIBRARIES[1])), 0)
+    return [f for f in frames[first:] if not internal(f.file)]
 
 
 def section_frames(text: str) -> list[Frame]:

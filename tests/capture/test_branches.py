@@ -77,7 +77,7 @@ def test_a_value_made_size_names_its_line_and_the_loop_to_substitute(mode: str) 
     assert f"tracing broke in paste_one() at {_line(paste_one, 'image[y_0:y_1')}: a Python branch" in message
     assert "image[y_0:y_1, x_0:x_1] = mask[" in message  # the source line itself
     callers = f"{_line(paste_all, 'pasted = [')} in paste_all <- {_line(PastesMasks.forward, 'return paste_all')}"
-    assert f"called from {callers} in forward" in message
+    assert f"called from {callers} in forward\n" in message  # the model's frames, not what called capture()
     assert "reads a tensor's values" in message
     assert f"@fxdeploy.substitute({__name__}.paste_all)" in message  # the function that loops over rows
     assert f"decided the branch before it, at {_line(PastesMasks.forward, 'if total > 0')} in forward, by" in message
