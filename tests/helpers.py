@@ -94,16 +94,19 @@ def assert_batched_engine(deployed: fxdeploy.Deployed, saved: Path) -> None:
 
 
 def tensorrt_onnx_file(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic_shapes: Any,
-                       out_dir: Path) -> tuple[Path, list[str], Any]:
+                       out_dir: Path, settings: fxdeploy.Settings | None = None,
+                       calibration: fxdeploy.Calibration | None = None) -> tuple[Path, list[str], Any, dict]:
     """The TensorRT target's ONNX (what its engine is built from, written where TensorRT is absent),
-    vectorized where the model loops over its images: the file, its output names and the job."""
+    vectorized where the model loops over its images, quantized where ``calibration`` is given:
+    the file, its output names, the job and the lowering's info."""
     from fxdeploy.capture import batching, capture
     from fxdeploy.passes.base import run_pipeline
     from fxdeploy.passes.record import record, update
+    from fxdeploy.quantize.calibration import Calibrated, calibration_samples
     from fxdeploy.targets import LoweringJob, get_target
     from fxdeploy.targets.tensorrt import tensorrt_onnx
 
-    settings, target = fxdeploy.Settings(), get_target("tensorrt")
+    settings, target = settings or fxdeploy.Settings(), get_target("tensorrt")
     captured = capture(model, example, dynamic_shapes=dynamic_shapes, settings=settings)
     gm = captured.graph_module
     update(gm, output_names=tuple(captured.output_names))
@@ -115,5 +118,6 @@ def tensorrt_onnx_file(model: torch.nn.Module, example: tuple[torch.Tensor, ...]
         engine = batching.engine_for(target, captured, settings)
         job = batching.vectorized_job(job, captured, engine)
         assert engine.batched, engine.why
-    tensorrt_onnx(job)
-    return out_dir / "model.onnx", names, job
+    if calibration is not None:
+        job.calibration = Calibrated(calibration, calibration_samples(calibration, captured, True))
+    return out_dir / "model.onnx", names, job, tensorrt_onnx(job).info

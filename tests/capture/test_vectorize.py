@@ -177,7 +177,7 @@ def test_tensorrt_onnx_carries_the_batch_and_its_profile_spans_min_opt_max(tmp_p
     from fxdeploy.lowering.tensorrt import profile_shapes
 
     model = tiny_yolo()
-    _, names, job = tensorrt_onnx_file(model, (images(2, 0),), SHAPES, tmp_path)
+    _, names, job, _ = tensorrt_onnx_file(model, (images(2, 0),), SHAPES, tmp_path)
     assert profile_shapes(job.example_inputs, job.input_names, job.dynamic_shapes)["images"] == (
         [1, 3, 128, 128], [2, 3, 128, 128], [8, 3, 128, 128])
     assert _onnx_batch_dim(tmp_path / "model.onnx")

@@ -25,7 +25,7 @@ import fxdeploy
 from fxdeploy.errors import CalibrationWarning, FxDeployError, LoweringError
 from fxdeploy.parity.closeness import INT8_ATOL
 from fxdeploy.quantize import onnxruntime as ort_quantize
-from tests.helpers import require_target
+from tests.helpers import require_target, tensorrt_onnx_file
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets", reason="scikit-learn (make test installs it)")
 
@@ -307,23 +307,9 @@ def test_tensorrt_int8_onnx_is_symmetric_qdq_and_accurate_on_onnxruntime(
     import onnxruntime as ort
     from onnx import numpy_helper
 
-    from fxdeploy.capture import capture
-    from fxdeploy.passes.base import run_pipeline
-    from fxdeploy.passes.record import record, update
-    from fxdeploy.quantize.calibration import Calibrated, calibration_samples
-    from fxdeploy.targets import LoweringJob, get_target
-    from fxdeploy.targets.tensorrt import tensorrt_onnx
-
-    captured = capture(model, (digits["test_x"][:4],), dynamic_shapes=BATCH, settings=INT8)
-    gm = captured.graph_module
-    update(gm, output_names=tuple(captured.output_names))
-    gm, _ = run_pipeline(gm, get_target("tensorrt").pipeline, INT8)
-    names = [leaf["name"] for leaf in record(gm).output_leaves if leaf["kind"] != "constant"]
     calibration = fxdeploy.Calibration(_calibration(digits))
-    job = LoweringJob(gm, captured.example_inputs, captured.input_names, names, captured.export_dynamic_shapes,
-                      INT8, tmp_path, calibration=Calibrated(calibration, calibration_samples(calibration, captured,
-                                                                                              True)))
-    info = tensorrt_onnx(job).info["int8"]
+    *_, info = tensorrt_onnx_file(model, (digits["test_x"][:4],), BATCH, tmp_path, INT8, calibration)
+    info = info["int8"]
     assert info["activations"] == "int8, symmetric" and list(info["float_ops"]) == ["node_linear"]
     graph = onnx.load(str(tmp_path / "model.onnx")).graph
     initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}

@@ -82,7 +82,7 @@ def test_a_detectors_tensorrt_onnx_does_not_depend_on_the_tie_order(name: str, t
     tie order runs it, every output is the same, row for row. Before, ONNX Runtime's CUDA provider
     swapped CenterNet's tied boxes, 32 px apart."""
     model, example = idioms.FACTORIES[name]()
-    path, names, _ = tensorrt_onnx_file(model, example, {"images": {0: ("batch", 1, 8)}}, tmp_path)
+    path, names, *_ = tensorrt_onnx_file(model, example, {"images": {0: ("batch", 1, 8)}}, tmp_path)
     x = idioms.images(3, 1)
     as_is, reversed_order = (_run(m, x) for m in (onnx.load(str(path)), reversed_ties(onnx.load(str(path)))))
     for name_, a, b in zip(names, as_is, reversed_order, strict=True):
