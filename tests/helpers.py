@@ -99,7 +99,7 @@ def tensorrt_onnx_file(model: torch.nn.Module, example: tuple[torch.Tensor, ...]
     """The TensorRT target's ONNX (what its engine is built from, written where TensorRT is absent),
     vectorized where the model loops over its images, quantized where ``calibration`` is given:
     the file, its output names, the job and the lowering's info."""
-    from fxdeploy.capture import batching, capture
+    from fxdeploy.capture import batching, capture, substitution
     from fxdeploy.passes.base import run_pipeline
     from fxdeploy.passes.record import record, update
     from fxdeploy.quantize.calibration import Calibrated, calibration_samples
@@ -107,7 +107,9 @@ def tensorrt_onnx_file(model: torch.nn.Module, example: tuple[torch.Tensor, ...]
     from fxdeploy.targets.tensorrt import tensorrt_onnx
 
     settings, target = settings or fxdeploy.Settings(), get_target("tensorrt")
-    captured = capture(model, example, dynamic_shapes=dynamic_shapes, settings=settings)
+    # the built-in substitutions (torchvision's NMS functions, where installed), as lower() passes them
+    captured = capture(model, example, dynamic_shapes=dynamic_shapes, substitutions=substitution.resolve(None),
+                       settings=settings)
     gm = captured.graph_module
     update(gm, output_names=tuple(captured.output_names))
     gm, _ = run_pipeline(gm, target.pipeline, settings)
