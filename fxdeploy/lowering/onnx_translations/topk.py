@@ -44,6 +44,7 @@ from fxdeploy.lowering.onnx_translations._common import (
     rank,
     static_dim,
 )
+from fxdeploy.lowering.onnx_translations.sort import sort_stable
 
 EXACT_FLOAT_INDEX = 2**24
 INF = float("inf")
@@ -82,12 +83,8 @@ def sort_stable_any_tie_order(x: Any, stable: bool | None = None, dim: int = -1,
                               descending: bool = False) -> tuple[Any, Any]:
     """``aten.sort.stable`` as the whole axis's ``topk_any_tie_order``: equal values in index order
     in both directions, as torch's stable sort; one TopK (``sort.py``) where that does not apply."""
-    from fxdeploy.lowering.onnx_translations.sort import sort_stable
-
-    if rank(x) == 0:
-        return sort_stable(x, stable, dim, descending)
-    n = static_dim(x, dim % rank(x))
-    if n is None or n == 0:
+    n = static_dim(x, dim % rank(x)) if rank(x) else None
+    if not n:  # a 0-d, empty or dynamic axis
         return sort_stable(x, stable, dim, descending)
     return topk_any_tie_order(x, n, dim, largest=descending, sorted=True)
 
