@@ -28,6 +28,7 @@ second lowering says what the first said. An entry lives while its model does, a
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -82,7 +83,7 @@ def export(
         STATS.hits += 1
         _replay(entry.records)
         if entry.error is not None:
-            raise entry.error.with_traceback(None)
+            raise _bare(entry.error)
         assert entry.result is not None
         ep, mode, applied = entry.result
         return ep, mode, list(applied)
@@ -158,10 +159,18 @@ def _store(key: str | None, model: torch.nn.Module, result: Result | None, error
     if key is None:
         return
     with _LOCK:
-        _ENTRIES[key] = _Entry(weakref.ref(model, lambda _: _drop(key)), result, error, list(records))
+        kept = _bare(error) if error is not None else None
+        _ENTRIES[key] = _Entry(weakref.ref(model, lambda _: _drop(key)), result, kept, list(records))
         _ENTRIES.move_to_end(key)
         while len(_ENTRIES) > MAX_ENTRIES:
             _ENTRIES.popitem(last=False)
+
+
+def _bare(error: CaptureError) -> CaptureError:
+    """A copy of ``error`` (its message and attributes) without its traceback and cause: their
+    frames hold the model and the example, which an entry must not keep alive; each raise gets
+    its own copy, so raising one does not tie the kept error to the raiser's frames either."""
+    return copy.copy(error)
 
 
 def _drop(key: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import gc
 import logging
+import weakref
 
 import pytest
 import torch
@@ -165,3 +166,34 @@ def test_an_entry_goes_with_its_model() -> None:
     del m
     gc.collect()
     assert not memo._ENTRIES
+
+
+class ImageLoop(nn.Module):
+    """A Python loop over the images: the batch's trace fails (the loop fixes the batch), and the
+    memo keeps that failure beside the one image's program."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.lin(x[i]).relu() for i in range(x.shape[0])])
+
+
+def test_a_kept_failure_does_not_keep_its_model() -> None:
+    """A failure's traceback holds the frames that traced the model: kept as it was raised, it
+    kept the model (and so the entry) alive after the user dropped it."""
+    m = ImageLoop().eval()
+    ref = weakref.ref(m)
+    x = torch.randn(2, 4)
+    deployed = lower(m, x)
+    kept = [e.error for e in memo._ENTRIES.values() if e.error is not None]
+    assert len(kept) == 1 and kept[0].__traceback__ is None and kept[0].__cause__ is None
+    assert (kept[0].strict, kept[0].real_values) == (False, False)  # what a retry on one image starts from
+    misses = memo.STATS.misses
+    lower(m, x, "onnxruntime")
+    assert memo.STATS.misses == misses  # the failure raised again from the memo, then the image's program
+    assert kept[0].__traceback__ is None  # each raise is of a copy: the kept one stays bare
+    del m, deployed
+    gc.collect()
+    assert ref() is None and not memo._ENTRIES
