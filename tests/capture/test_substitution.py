@@ -129,3 +129,27 @@ def test_capture_failure_names_the_line_and_suggests_a_substitution() -> None:
     assert "if scores.sum() > 2" in message
     assert "@fxdeploy.substitute(" in message
     del lib
+
+
+class SeesHooks(torch.nn.Module):
+    """Records the thread's profile hook each time its forward runs (eagerly, then traced)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hooks: list[object] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.hooks.append(sys.getprofile())
+        return x.relu() + 1
+
+
+def test_a_function_the_model_does_not_call_is_not_watched_in_the_trace() -> None:
+    """The watch is a profile hook on every call, which makes a non-strict trace take about twice
+    its time: the traces watch only the substituted functions the eager run called (here none)."""
+    lib = _library()
+    model = SeesHooks()
+    subs = [substitution.Substitution(lib.postprocess, _tensor_only)]
+    captured = capture(model, (torch.randn(3, 4),), substitutions=subs)
+    assert captured.mode == "non_strict" and captured.substitutions == []
+    assert len(model.hooks) >= 2 and model.hooks[0] is not None  # eager: watched
+    assert all(hook is None for hook in model.hooks[1:]), model.hooks  # the traces: nothing watched
