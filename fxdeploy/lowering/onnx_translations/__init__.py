@@ -27,7 +27,8 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
       Every flavour casts a softmax's or log-softmax's ``dtype`` first, as torch does (``softmax.py``).
     - ``openvino``: the same graph with the IoU threshold one float32 step up, because OpenVINO
       suppresses at IoU == threshold where the contract does not; ``aten.topk`` without a stable
-      TopK over its whole axis (``topk.py``).
+      TopK over its whole axis (``topk.py``); ``>`` and ``>=`` as ``Less`` and ``LessOrEqual`` with
+      the operands swapped (``comparisons.py``: OpenVINO's ``Greater`` is true beside a NaN).
     - ``tensorrt``: the standard graph, with ``aten.topk`` and a stable sort independent of the
       order TensorRT's TopK leaves ties in (``topk.py``).
     - ``efficient_nms_trt``: the same, with TensorRT's EfficientNMS_TRT plugin (TensorRT < 11 only).
@@ -98,6 +99,13 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
     }
     if flavour != "openvino":
         table[aten._softmax.default] = softmax_standard
+    else:  # OpenVINO's Greater is true beside a NaN on AVX-512 CPUs (comparisons.py)
+        from fxdeploy.lowering.onnx_translations.comparisons import greater, greater_equal
+
+        for overload in (aten.gt.Tensor, aten.gt.Scalar):
+            table[overload] = greater
+        for overload in (aten.ge.Tensor, aten.ge.Scalar):
+            table[overload] = greater_equal
     for overload in (aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
                      aten.bitwise_left_shift.Tensor_Scalar):
         table[overload] = left_shift
