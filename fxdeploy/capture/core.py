@@ -153,8 +153,9 @@ def _traced_substitutions(subs: list[substitution.Substitution], called: list[st
     """The substitutions the traces apply: every method substitution, and the substituted functions
     the model called when run eagerly on the same example. The trace runs the model's Python on
     those values, so it calls what eager called; a function it did not call needs no watch, and the
-    watch (a profile hook on every Python and C call) costs a non-strict trace twice its time."""
-    return [s for s in subs if s.is_method or s.name in called]
+    watch (a profile hook on every Python and C call) costs a non-strict trace twice its time. A
+    function without Python code (a builtin) is never watched, so it stays for a strict capture."""
+    return [s for s in subs if s.is_method or s.name in called or not hasattr(s.target, "__code__")]
 
 
 def _run_eagerly(
