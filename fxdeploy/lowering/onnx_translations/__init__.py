@@ -35,7 +35,7 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
     Every flavour writes shifts of unsigned integers as BitShift (``shifts.py``), and ``atan2`` and a real
     ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
     rule (``histc.py``), ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``), and
-    ``hypot`` and a stable ``sort``, which torch.onnx lacks (``hypot.py``, ``sort.py``).
+    ``hypot``, ``fmax``/``fmin`` and a stable ``sort``, which torch.onnx lacks (``hypot.py``, ``fmax.py``, ``sort.py``).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
     """
@@ -74,6 +74,7 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
 def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
     """fxdeploy's translations of aten ops where torch.onnx's compute other values (the docstring above)."""
     from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
+    from fxdeploy.lowering.onnx_translations.fmax import fmax, fmin
     from fxdeploy.lowering.onnx_translations.histc import histc
     from fxdeploy.lowering.onnx_translations.hypot import hypot
     from fxdeploy.lowering.onnx_translations.log_sigmoid import log_sigmoid
@@ -95,6 +96,8 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
         aten.histc.default: histc,
         aten.log_sigmoid.default: log_sigmoid,
         aten.hypot.default: hypot,
+        aten.fmax.default: fmax,
+        aten.fmin.default: fmin,
         aten.sort.stable: sort_stable,
     }
     if flavour != "openvino":
