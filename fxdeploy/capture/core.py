@@ -2,7 +2,7 @@
 
 Mode "auto" runs non-strict torch.export (fast, runs the model's Python for real) with method
 substitutions on the model's instances, and watches whether a substituted *function* was called
-(only those the model called when run eagerly first: ``_traced_substitutions``).
+(only those the model called when run eagerly first: ``substitution.traced``).
 If one was, it captures again in strict mode (dynamo), where function substitutions apply as
 scoped polyfills. "strict" and "non_strict" force one path. This module runs the model and
 assembles the ``Captured`` result; the export itself is ``exporting``, and the names, dims and
@@ -104,7 +104,7 @@ def capture(
         flat_inputs, in_spec = pytree.tree_flatten((args, kwargs))
     with _capturing(model):
         eager_outputs, called = _run_eagerly(model, args, kwargs, subs)
-        subs = _traced_substitutions(subs, called)
+        subs = substitution.traced(subs, called)
         template = eager_outputs if structure.has_unregistered_dataclass(eager_outputs) else None
         target = flat_io.plain_outputs(model) if template is not None else model
         batch = per_image.batch_dim(export_shapes, flat_inputs)
@@ -147,15 +147,6 @@ def _capturing(model: torch.nn.Module) -> Iterator[None]:
         warnings.filterwarnings("ignore", message=".*found certain side effects happened.*", category=UserWarning)
         warnings.filterwarnings("ignore", message=".*create_unbacked_symint.*is deprecated", category=FutureWarning)
         yield
-
-
-def _traced_substitutions(subs: list[substitution.Substitution], called: list[str]) -> list[substitution.Substitution]:
-    """The substitutions the traces apply: every method substitution, and the substituted functions
-    the model called when run eagerly on the same example. The trace runs the model's Python on
-    those values, so it calls what eager called; a function it did not call needs no watch, and the
-    watch (a profile hook on every Python and C call) costs a non-strict trace twice its time. A
-    function without Python code (a builtin) is never watched, so it stays for a strict capture."""
-    return [s for s in subs if s.is_method or s.name in called or not hasattr(s.target, "__code__")]
 
 
 def _run_eagerly(

@@ -176,6 +176,16 @@ def watch_calls(subs: Iterable[Substitution], stop: bool = False) -> Iterator[Ca
         _restore_profiler(previous)
 
 
+def traced(subs: list[Substitution], called: list[str]) -> list[Substitution]:
+    """The substitutions a capture's traces apply: every method substitution, and the substituted
+    functions the model ``called`` when run eagerly on the same example (``CallWatch.hits``). The
+    trace runs the model's Python on those values, so it calls what eager called; a function it did
+    not call needs no watch, and the watch (a profile hook on every Python and C call) costs a
+    non-strict trace twice its time. A function without Python code (a builtin) is never watched,
+    so it stays for a strict capture."""
+    return [s for s in subs if s.is_method or s.name in called or not hasattr(s.target, "__code__")]
+
+
 def _restore_profiler(previous: object) -> None:
     """Give the thread's profile hook back. A Python hook is a callable; a C profiler (``cProfile``,
     which ``python -m cProfile`` runs everything under) shows as its ``Profile`` object, which
