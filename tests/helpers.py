@@ -57,6 +57,17 @@ def max_abs_error(got: Any, want: Any) -> float:
     return error
 
 
+def special_pairs(special: list[float], random: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every ordered pair of the ``special`` values (NaN, infinities, zeros), then ``random`` normal
+    pairs, as two [2, n] tensors: a binary op's inputs for an exact check against eager."""
+    n = len(special)
+    a, b = torch.tensor(special).repeat_interleave(n), torch.tensor(special).repeat(n)
+    generator = torch.Generator().manual_seed(0)
+    a = torch.cat([a, torch.randn(random, generator=generator)])
+    b = torch.cat([b, torch.randn(random, generator=generator)])
+    return a.reshape(2, -1), b.reshape(2, -1)
+
+
 def count_engine_calls(deployed: fxdeploy.Deployed) -> list[int]:
     """From now on, counts the engine calls of this Deployed's executor (an instance attribute of
     this one executor, nothing global): ``calls[0]``."""

@@ -10,7 +10,7 @@ import torch
 
 import fxdeploy
 from fxdeploy.lowering.onnx_translations import translation_table
-from tests.helpers import require_target
+from tests.helpers import require_target, special_pairs
 
 SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.0, -1.0, 2.5]
 
@@ -23,20 +23,11 @@ class Comparisons(torch.nn.Module):
                 a.nan_to_num(0).clamp(-9, 9).long() > b, a.nan_to_num(0).clamp(-9, 9).long() >= 1)
 
 
-def _pairs() -> tuple[torch.Tensor, torch.Tensor]:
-    """Every pair of the special values, NaN and the infinities included, then random ones."""
-    n = len(SPECIAL)
-    a, b = torch.tensor(SPECIAL).repeat_interleave(n), torch.tensor(SPECIAL).repeat(n)
-    generator = torch.Generator().manual_seed(0)
-    return (torch.cat([a, torch.randn(64, generator=generator)]).reshape(2, 64),
-            torch.cat([b, torch.randn(64, generator=generator)]).reshape(2, 64))
-
-
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
 def test_comparisons_beside_nan_are_torchs(target: str) -> None:
     require_target(target)
     deployed = fxdeploy.lower(Comparisons(), (torch.randn(2, 64), torch.randn(2, 64)), target=target)
-    a, b = _pairs()
+    a, b = special_pairs(SPECIAL)
     for i, (got, want) in enumerate(zip(deployed(a, b), Comparisons()(a, b), strict=True)):
         assert torch.equal(got, want), f"output {i}: {(got != want).sum()} elements differ"
 

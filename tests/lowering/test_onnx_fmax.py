@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fxdeploy
-from tests.helpers import require_target
+from tests.helpers import require_target, special_pairs
 
 SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, 1.0, -1.0, 2.5, -2.5]
 
@@ -18,21 +18,13 @@ class IgnoringNan(torch.nn.Module):
         return torch.fmax(a, b), torch.fmin(a, b), torch.fmax(a.half(), b.half()), torch.fmin(ints, ints.flip(-1))
 
 
-def _pairs() -> tuple[torch.Tensor, torch.Tensor]:
-    n = len(SPECIAL)
-    a, b = torch.tensor(SPECIAL).repeat_interleave(n), torch.tensor(SPECIAL).repeat(n)
-    generator = torch.Generator().manual_seed(0)
-    return (torch.cat([a, torch.randn(64, generator=generator)]).reshape(2, 64),
-            torch.cat([b, torch.randn(64, generator=generator)]).reshape(2, 64))
-
-
 @pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
 def test_fmax_and_fmin_ignore_a_nan_as_torch_does(target: str) -> None:
     require_target(target)
     model = IgnoringNan()
     deployed = fxdeploy.lower(model, (torch.randn(2, 64), torch.randn(2, 64)), target=target,
                               dynamic_shapes={"a": {0: ("batch", 1, 4)}, "b": {0: ("batch", 1, 4)}})
-    a, b = _pairs()
+    a, b = special_pairs(SPECIAL)
     for i, (got, want) in enumerate(zip(deployed(a, b), model(a, b), strict=True)):
         assert got.dtype == want.dtype, f"output {i}"
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=f"output {i}")
