@@ -57,7 +57,7 @@ def apply(export_shapes: Any, fixes: dict[str, str]) -> tuple[Any, list[str]] | 
     roots: dict[str, Any] = dict(declared)
     built: dict[str, Any] = {}
     for name, expr in sorted(fixes.items(), key=lambda item: not _DIM.match(item[1])):  # new roots first
-        value = _build(expr, roots)
+        value = _build(expr, roots, declared.get(name))
         if value is _UNKNOWN:
             return None
         built[name] = roots[name] = value
@@ -141,14 +141,20 @@ def warn(lines: list[str]) -> None:
 _UNKNOWN = object()
 
 
-def _build(expr: str, roots: dict[str, Any]) -> Any:
+def _build(expr: str, roots: dict[str, Any], declared: Any) -> Any:
+    """The dim ``expr`` names. A new range is met with the declared one: the fix says what the
+    model allows, the declaration what the deployer asked for (``max=4`` of a declared [1, 16] is
+    [1, 4], not [0, 4])."""
     if expr.isdigit():
         return int(expr)
     match = _DIM.match(expr)
     if match is not None:
-        low, high = match["min"], match["max"]
-        return torch.export.Dim(match["name"], **({"min": int(low)} if low else {}),
-                                **({"max": int(high)} if high else {}))
+        low = max(int(match["min"] or 0), getattr(declared, "min", 0))
+        high = min(int(match["max"] or INT_MAX), finite_or(getattr(declared, "max", INT_MAX), INT_MAX))
+        if low > high:
+            return _UNKNOWN
+        return torch.export.Dim(match["name"], **({"min": low} if low else {}),
+                                **({"max": high} if high < INT_MAX else {}))
     match = _DERIVED.match(expr)
     if match is None or match["root"] not in roots or isinstance(roots[match["root"]], int):
         return _UNKNOWN

@@ -19,16 +19,16 @@ A later call reuses the program only where it would get the same one:
 What no fingerprint sees (a module-level global the forward reads, a library function replaced
 in between) is what ``lower()``'s check against the model, as it is now, catches.
 
-Nothing downstream changes the program: ``ExportedProgram.module()`` copies its graph before
-any pass runs, and lowering only reads it. A failure the trace raises (a model that fixes its
-batch) is kept as well and raised again. The log lines the trace wrote are written again, so a
-second lowering says what the first said. An entry lives while its model does, and at most
-``MAX_ENTRIES`` are kept.
+Nothing downstream changes the program's graph: ``ExportedProgram.module()`` copies it before any
+pass runs, and lowering only reads it. Its shape env is shared, and a retrace may leave data-
+dependent sizes pending there; a later call starts with none (``_settle``). A failure the trace
+raises (a model that fixes its batch) is kept as well, with its causes, and raised again. The log
+lines the trace wrote are written again, so a second lowering says what the first said. An entry
+lives while its model does, and at most ``MAX_ENTRIES`` are kept.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -56,7 +56,7 @@ Result = tuple[torch.export.ExportedProgram, str, list[str]]
 class _Entry:
     model: weakref.ref
     result: Result | None
-    error: CaptureError | None
+    error: BaseException | None
     records: list[logging.LogRecord]
 
 
@@ -86,6 +86,7 @@ def export(
             raise _bare(entry.error)
         assert entry.result is not None
         ep, mode, applied = entry.result
+        _settle(ep)
         return ep, mode, list(applied)
     STATS.misses += 1
     with _recording() as records:
@@ -166,11 +167,27 @@ def _store(key: str | None, model: torch.nn.Module, result: Result | None, error
             _ENTRIES.popitem(last=False)
 
 
-def _bare(error: CaptureError) -> CaptureError:
-    """A copy of ``error`` (its message and attributes) without its traceback and cause: their
-    frames hold the model and the example, which an entry must not keep alive; each raise gets
-    its own copy, so raising one does not tie the kept error to the raiser's frames either."""
-    return copy.copy(error)
+def _bare(error: BaseException, depth: int = 0) -> BaseException:
+    """A copy of ``error`` (its message and attributes) and of its causes, without tracebacks:
+    their frames hold the model and the example, which an entry must not keep alive. The causes
+    stay, since capture reads them (torch.export's suggested fixes, a batch fixed by a loop). Each
+    raise gets its own copy, so raising one does not tie the kept error to the raiser's frames."""
+    copied = type(error).__new__(type(error), *error.args)  # not rebuilt by __init__: its signature varies
+    copied.args = error.args
+    copied.__dict__.update(vars(error))
+    if error.__cause__ is not None and depth < 8:
+        copied.__cause__ = _bare(error.__cause__, depth + 1)
+    return copied
+
+
+def _settle(ep: torch.export.ExportedProgram) -> None:
+    """Forget the data-dependent sizes an earlier lowering's retrace left pending in the program's
+    shape env (torch.onnx's leaves some): a finished program has none, and the next trace in that
+    env refuses to start with any (``PendingUnbackedSymbolNotFound``)."""
+    mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+    pending = getattr(getattr(mode, "shape_env", None), "pending_fresh_unbacked_symbols", None)
+    if pending:
+        pending.clear()
 
 
 def _drop(key: str) -> None:

@@ -78,6 +78,35 @@ def test_a_minimum_the_model_checks_narrows_the_range_and_calls_below_it_are_ref
         deployed(torch.rand(2, 3))
 
 
+class SmallBatchesOnly(torch.nn.Module):
+    """A branch on the batch size: torch.export suggests ``Dim('batch', max=4)``, with no min."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x * 2 if x.shape[0] > 4 else x)
+
+
+def test_a_maximum_the_model_needs_keeps_the_declared_minimum() -> None:
+    """The fix's range met with the declared one: [1, 4], where the fix alone gave [0, 4] and an
+    empty batch was accepted."""
+    assert str(fixes.apply({"x": {0: torch.export.Dim("b", min=1, max=16)}}, {"b": "Dim('b', max=4)"})[0]["x"][0]) \
+        == str(torch.export.Dim("b", min=1, max=4))
+    assert fixes.apply({"x": {0: torch.export.Dim("b", min=6, max=16)}}, {"b": "Dim('b', max=4)"}) is None
+    model = SmallBatchesOnly().eval()
+    for target in ("onnxruntime", "torchscript"):  # the second lowering replays the first trace's failure
+        with pytest.warns(fixes.DimWarning, match=r"dim 'b' declared \[1, 16\] becomes .*\(\[1, 4\]\)"):
+            deployed = fxdeploy.lower(model, (torch.rand(2, 16),), target=target,
+                                      dynamic_shapes={"x": {0: ("b", 1, 16)}})
+        assert deployed.manifest["dims"]["b"] == {"min": 1, "opt": 2, "max": 4}
+        with pytest.raises(fxdeploy.InputError, match=r"dim 0 \(b\) must be in \[1, 4\], got 0"):
+            deployed(torch.rand(0, 16))
+        x = torch.rand(4, 16)
+        torch.testing.assert_close(deployed(x), model(x))
+
+
 def test_a_refusal_carries_torchs_guards_and_suggested_fixes() -> None:
     text = explain(RuntimeError(REFUSAL), Chunks(), [])
     assert "torch.export: Not all values of samples" in text and "generated guard" in text
