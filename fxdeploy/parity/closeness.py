@@ -65,7 +65,7 @@ def check_close(have: torch.Tensor, ref: torch.Tensor, atol: float, where: str, 
         return 0.0
     if ref.dtype in (torch.float16, torch.bfloat16):
         atol = max(atol, DTYPE_ULPS * torch.finfo(ref.dtype).eps)
-    a, b = have.double(), ref.double()
+    a, b = have.detach().double(), ref.detach().double()  # a parameter returned as it is requires grad
     finite = torch.isfinite(a) & torch.isfinite(b)
     same_special = (a == b) | (torch.isnan(a) & torch.isnan(b))  # inf == inf, nan ~ nan
     if bool((~(finite | same_special)).any()):

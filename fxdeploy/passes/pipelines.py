@@ -7,6 +7,7 @@ from fxdeploy.passes.antialiased_resizes import antialiased_resizes
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
+from fxdeploy.passes.distinct_outputs import distinct_outputs
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
 from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.full_spectrum_rffts import full_spectrum_rffts
@@ -54,7 +55,8 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # torch.compile) and no exporter translates, as public ops; right after cleanup, before any pass
 # that reads attention (query_sized_masks reads the attention it writes). TorchScript runs the op.
 
-# tensorize_outputs runs last: earlier passes may add or replace outputs (pad_compactions does).
+# tensorize_outputs runs last: earlier passes may add or replace outputs (pad_compactions does); on
+# the ONNX targets distinct_outputs after it copies an input returned, or a value returned twice.
 # pad_compactions after cleanup (the asserts on data-dependent sizes are gone) and before
 # tensorize_outputs (it adds the hidden count outputs and the trim records that tensorize_outputs
 # describes). It makes every data-dependent size static, every NMS a multiclass_nms included.
@@ -79,7 +81,7 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 ONNX: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
     running_extrema, antialiased_resizes, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
-    contiguous_reshapes, tensorize_outputs,
+    contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -96,7 +98,7 @@ ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
     running_extrema, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
     topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
-    contiguous_reshapes, tensorize_outputs,
+    contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
@@ -109,7 +111,7 @@ OPENVINO: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
     running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
     half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
-    half_rounding, contiguous_reshapes, tensorize_outputs,
+    half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

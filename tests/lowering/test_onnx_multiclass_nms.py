@@ -152,7 +152,9 @@ def test_translation_table() -> None:
               aten.bitwise_left_shift.Tensor_Scalar, aten.__rshift__.Scalar, aten.__rshift__.Tensor,
               aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar}
     exact = {aten.atan2.default, aten.angle.default, aten.histc.default,  # torch's signed zeros and bins
-             aten.fmax.default, aten.fmin.default}  # torch's NaN rule
+             aten.fmax.default, aten.fmin.default,  # torch's NaN rule
+             aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
+             aten.remainder.Tensor, aten.remainder.Scalar}  # torch's floor of the exact quotient
     greater = {aten.gt.Tensor, aten.gt.Scalar, aten.ge.Tensor, aten.ge.Scalar}  # OpenVINO's Greater beside a NaN
     assert set(translation_table("standard")) == expected | softmax | everywhere | shifts | exact
     for flavour in ("tensorrt", "efficient_nms_trt"):  # TensorRT's TopK promises no order among ties
@@ -162,6 +164,7 @@ def test_translation_table() -> None:
         assert table[aten.sort.stable].__name__ == "sort_stable_any_tie_order"
         assert table[aten.sort.default].__name__ == "sort_any_tie_order"
     assert set(translation_table("openvino")) == expected | {aten.topk.default} | everywhere | shifts | exact | greater
+    assert translation_table("openvino")[aten.remainder.Tensor].__name__ == "remainder_openvino"  # its Mod: no fmod
     known = r"\['standard', 'openvino', 'tensorrt', 'efficient_nms_trt'\]"
     with pytest.raises(ValueError, match=r"unknown flavour 'ncnn'; known: " + known):
         translation_table("ncnn")

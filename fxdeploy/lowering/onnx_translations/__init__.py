@@ -35,7 +35,8 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
     Every flavour writes shifts of unsigned integers as BitShift (``shifts.py``), and ``atan2`` and a real
     ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
     rule (``histc.py``), ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``), and
-    ``hypot``, ``fmax``/``fmin`` and a stable ``sort``, which torch.onnx lacks (``hypot.py``, ``fmax.py``, ``sort.py``).
+    ``hypot``, ``fmax``/``fmin`` and a stable ``sort``, which torch.onnx lacks (``hypot.py``, ``fmax.py``, ``sort.py``),
+    and floor division and remainder with torch's values (``division.py``; on OpenVINO for integers only).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
     """
@@ -73,6 +74,7 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
 
 def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
     """fxdeploy's translations of aten ops where torch.onnx's compute other values (the docstring above)."""
+    from fxdeploy.lowering.onnx_translations import division
     from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
     from fxdeploy.lowering.onnx_translations.fmax import fmax, fmin
     from fxdeploy.lowering.onnx_translations.histc import histc
@@ -100,6 +102,12 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
         aten.fmin.default: fmin,
         aten.sort.stable: sort_stable,
     }
+    suffix = "_openvino" if flavour == "openvino" else ""  # OpenVINO's Mod is not C's fmod (division.py)
+    for overloads, name in (((aten.floor_divide.default, aten.floor_divide.Scalar), "floor_divide"),
+                            ((aten.div.Tensor_mode, aten.div.Scalar_mode), "div_mode"),
+                            ((aten.remainder.Tensor, aten.remainder.Scalar), "remainder")):
+        for overload in overloads:
+            table[overload] = getattr(division, name + suffix)
     if flavour != "openvino":
         table[aten._softmax.default] = softmax_standard
     else:  # OpenVINO's Greater is true beside a NaN on AVX-512 CPUs (comparisons.py)

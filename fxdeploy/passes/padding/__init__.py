@@ -11,6 +11,8 @@ One rule per construct, each a ``check`` and a ``replace`` in its own file:
 - ``sort``: ``sort``/``argsort`` along selected rows, the padding ranked last;
 - ``cat``: the levels of a pyramid, each selected;
 - ``index_put``: writes by selected indices;
+- ``reductions``: sums, extrema, means and matrix products over selected rows, the padding masked;
+- ``writes``: selected rows written into a buffer of fixed size (``out[:n] = rows``), their count as a tensor;
 - ``nms``: ``nms``/``batched_nms`` (and ``keep[:k]``) as a static ``multiclass_nms``;
 - ``row_wise``: everything else that reads selected rows, or uses their count as a shape;
 - ``outputs``: selected rows returned, with their count as a hidden output for the host to trim.
@@ -37,12 +39,14 @@ from fxdeploy.passes.padding.cat import CAT
 from fxdeploy.passes.padding.index_put import INDEX_PUT
 from fxdeploy.passes.padding.nms import NMS
 from fxdeploy.passes.padding.outputs import TRIM_OUTPUTS
+from fxdeploy.passes.padding.reductions import REDUCTIONS
 from fxdeploy.passes.padding.row_wise import ROW_WISE, VIEWS
 from fxdeploy.passes.padding.rows import PaddedRows, UnsupportedSize
 from fxdeploy.passes.padding.rule import CompactionError, Rule
 from fxdeploy.passes.padding.selections import BOOL_INDEX, MASKED_SELECT, NONZERO, WHERE
 from fxdeploy.passes.padding.sort import SORT
 from fxdeploy.passes.padding.topk import TOPK
+from fxdeploy.passes.padding.writes import WRITES
 from fxdeploy.settings import Settings
 
 __all__ = ["RULES", "CompactionError", "Rule", "pad_compactions"]
@@ -50,7 +54,8 @@ __all__ = ["RULES", "CompactionError", "Rule", "pad_compactions"]
 # The first rule that matches a node rewrites it. ROW_WISE comes last: it takes every op that
 # reads selected rows and that no construct rule took.
 RULES: tuple[Rule, ...] = (
-    BOOL_INDEX, NONZERO, WHERE, MASKED_SELECT, TOPK, SORT, CAT, INDEX_PUT, NMS, TRIM_OUTPUTS, ROW_WISE,
+    BOOL_INDEX, NONZERO, WHERE, MASKED_SELECT, TOPK, SORT, CAT, INDEX_PUT, NMS, TRIM_OUTPUTS, REDUCTIONS, WRITES,
+    ROW_WISE,
 )
 
 

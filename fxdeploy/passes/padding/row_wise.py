@@ -5,16 +5,19 @@ and splits or merges only the others is row-wise too, also where the capture fix
 example's count (``pred[:, 6:].view(len(pred), 17, 3)`` captured with real values holds a literal
 there, with the assert that it equals the count): its rows dim takes the bound, as eager's takes
 the count. What the padding would change is refused with the call site: a view that merges or
-splits the rows dim, a reduction or sort over the selected rows, their count as a value, or a
-slice of them that starts from their end (``x[-k:]``).
+splits the rows dim, an op that holds fewer dims of the selected rows than it reads (a sort or
+reduction over them that ``reductions`` does not mask), their count as a value, or a slice of them
+that starts from their end (``x[-k:]``).
 """
 
 from __future__ import annotations
 
 import operator
+from collections import Counter
 
 import sympy
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from fxdeploy.passes.graph_utils import call_site, fill_meta, is_op, size_symbols
 from fxdeploy.passes.padding.rows import PaddedRows
@@ -27,6 +30,8 @@ SHAPES = {aten.view, aten.reshape, aten._unsafe_view, aten.expand, aten.zeros, a
           aten.new_zeros, aten.new_ones, aten.new_full, aten.new_empty, aten.arange, aten.slice, aten.narrow}
 # Views: a view of selected rows keeps their dim, or is refused.
 VIEWS = {aten.view, aten.reshape, aten._unsafe_view}
+# Ops that pick rows by an index: the index's dims stand for the rows dim it indexes.
+_INDEXING = {"aten.index.Tensor", "aten.index_select.default", "aten.gather.default"}
 # Ops that order or accumulate along a dim while keeping its length.
 ALONG = {aten.sort, aten.argsort, aten.cumsum, aten.cumprod, aten.flip, aten.roll, aten._softmax, aten._log_softmax,
          aten.softmax, aten.log_softmax}
@@ -205,12 +210,44 @@ def _refuse_mixing(node: Node, rows: PaddedRows) -> None:
         )
     value = node.meta.get("val")
     values = value if isinstance(value, (list, tuple)) else [value]
-    if not any(rows.dims_of(v) for v in values if isinstance(v, torch.Tensor)):
+    outputs = [v for v in values if isinstance(v, torch.Tensor)]
+    if str(node.target) in _INDEXING:  # rows picked by an index: the index's dims stand for the ones it picks
+        lost = [] if any(rows.dims_of(v) for v in outputs) else [rows.site(read[0])]
+    else:
+        (need, most_read), (have, most_held) = _padded_dims([[a.meta["val"] for a in read], outputs], rows)
+        fewer = most_held < most_read or (have.keys() <= need.keys() and any(have[e] < need[e] for e in need))
+        lost = [rows.site(read[0])] if fewer else []
+    if lost:
         raise CompactionError(
-            f"{call_site(node)}: {node.target} combines the rows selected at {rows.site(read[0])} (a sum, "
-            "sort or reshape across them), and the padded rows would enter it. Keep the rows apart until an NMS, "
-            "or select with a fixed count (topk)"
+            f"{call_site(node)}: {node.target} combines the rows selected at {lost[0]} (a reduction, product or "
+            "reshape across them), and the padded rows would enter it. Keep the rows apart until an NMS, or select "
+            "with a fixed count (topk)"
         )
+
+
+def _padded_dims(groups: list[list[torch.Tensor]], rows: PaddedRows) -> list[tuple[Counter, int]]:
+    """For each group of values: the most dims one value holds of each padded size, and of all. An op
+    that keeps the rows apart holds as many padded dims as any input ([n] + [n] is [n], [n, 1] *
+    [1, n] is [n, n], a slice [:k] of [n] is [min(k, n)]); one that holds fewer (``w @ b`` of
+    [k, n] and [n, 4], ``iou.sum(1)`` of [n, n]), or that names no new size and holds fewer of one
+    (``searchsorted`` of [k] values in [n] rows), combined rows across a padded dim. Two sizes
+    torch proved equal (pieces of a cat side by side) are one."""
+    seen: list[torch.SymInt] = []
+
+    def canonical(size: torch.SymInt) -> object:
+        same = next((s for s in seen if statically_known_true(s == size)), None)
+        if same is None:
+            seen.append(size)
+        return rows.size(same if same is not None else size)
+
+    counted = []
+    for group in groups:
+        held = [Counter(canonical(size) for size in value.shape if rows.size(size) is not None) for value in group]
+        most: Counter = Counter()
+        for each in held:
+            most |= each  # the most of each size that one value holds
+        counted.append((most, max((each.total() for each in held), default=0)))
+    return counted
 
 
 def _gathers_rows(node: Node, rows: PaddedRows) -> bool:

@@ -46,7 +46,7 @@ def _check_nonzero(node: Node, rows: PaddedRows) -> str | None:
 
 def _replace_nonzero(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     mask = node.args[0]
-    order = select(node, None, mask, rows)[0]
+    order = _within(select(node, None, mask, rows)[0], mask, rows)
     columns = unravel(gm.graph, order, mask.meta["val"].shape, rows)
     call = gm.graph.call_function
     indices = call(aten.stack.default, (columns, 1)) if len(columns) > 1 else call(aten.unsqueeze.default, (order, 1))
@@ -61,7 +61,7 @@ def _check_where(node: Node, rows: PaddedRows) -> str | None:
 
 def _replace_where(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     cond = node.args[0]
-    order = select(node, None, cond, rows)[0]
+    order = _within(select(node, None, cond, rows)[0], cond, rows)
     columns = unravel(gm.graph, order, cond.meta["val"].shape, rows)
     for user in list(node.users):
         if user.target is operator.getitem:
@@ -95,8 +95,8 @@ def select(node: Node, source: Node | None, mask: Node, rows: PaddedRows) -> tup
         raise CompactionError(
             f"{call_site(node)}: the capture fixed the number of rows selected here at {selected.shape[0]}: Python "
             "read it (len(x), int(x.shape[0]), a branch on it) and the example's value decided it. Use the size as a "
-            "shape (x.view(-1, ...)) rather than as a Python number, and write a branch on it with tensor ops "
-            "(torch.where)"
+            "shape (x.view(-1, ...), x.shape[0] where len(x) stood) rather than as a Python number, and write a "
+            "branch on it with tensor ops (torch.where)"
         )
     sizes = _static_sizes(mask, rows)
     order, count = _partition(mask, sizes, rows)
@@ -110,6 +110,18 @@ def select(node: Node, source: Node | None, mask: Node, rows: PaddedRows) -> tup
     if len(sizes) > 1:
         source = call(aten.reshape.default, (source, [math.prod(sizes), *[_static(s, node, rows) for s in trailing]]))
     return call(aten.index_select.default, (source, 0, order)), order
+
+
+def _within(order: Node, mask: Node, rows: PaddedRows) -> Node:
+    """Indices into a mask whose rows the input dims decide, padded at their largest number: the
+    padding's indices past the mask's own rows (which index the unpadded input: ``boxes[i][keep]``)
+    are moved onto its last row, so that every index is in range and the valid ones unchanged."""
+    value = mask.meta["val"]
+    if isinstance(value.shape[0], int) or rows.rows(mask) is not None:
+        return order
+    call = rows.graph.call_function
+    last = call(operator.sub, (call(operator.mul, (call(aten.sym_size.int, (mask, 0)), math.prod(value.shape[1:]))), 1))
+    return call(aten.clamp.default, (order, None, last))
 
 
 def _partition(mask: Node, sizes: list[int], rows: PaddedRows) -> tuple[Node, Node]:

@@ -55,7 +55,8 @@ def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
         if rows.size(k.meta.get("val")) is None:
             raise CompactionError(
                 f"{call_site(node)}: topk of the rows selected at {rows.site(source)} takes k from the data "
-                f"({k.name}), not from a count of rows; a static engine needs k fixed. Use min(k, len(rows))"
+                f"({k.name}), not from a count of rows; a static engine needs k fixed. Use min(k, rows.shape[0]) "
+                "(len(rows) reads the count as a Python number, which the capture fixes)"
             )
         args[1] = rows.bound(rows.size(k.meta["val"]))
     node.args, node.kwargs = tuple(args), {}

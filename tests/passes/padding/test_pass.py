@@ -42,7 +42,7 @@ class FilterThenBatchedNMS(torch.nn.Module):
 
 class SumsSelected(torch.nn.Module):
     def forward(self, scores: torch.Tensor) -> torch.Tensor:
-        return scores[scores > 0.5].sum()  # BREAKS: the padded rows would enter the sum
+        return scores[scores > 0.5].std()  # BREAKS: the padded rows would enter it (no masked form)
 
 
 class AccumulatesSelected(torch.nn.Module):

@@ -103,5 +103,5 @@ def test_a_k_read_from_the_data_is_refused_with_the_call_site() -> None:
     from fxdeploy.settings import Settings
 
     gm = captured(DataK(), rand(40))
-    with pytest.raises(CompactionError, match=r"test_topk\.py.*takes k from the data.*min\(k, len\(rows\)\)"):
+    with pytest.raises(CompactionError, match=r"test_topk\.py.*takes k from the data.*min\(k, rows\.shape\[0\]\)"):
         pad_compactions(gm, Settings())

@@ -1,0 +1,94 @@
+"""Floor division and remainder with torch's values.
+
+torch divides floats by ``fmod`` first: ``(a - fmod(a, b)) / b``, one less where the remainder's
+sign is not the divisor's, so ``a // b`` is the floor of the exact quotient. torch.onnx writes
+``Floor(Div(a, b))``, the floor of the rounded quotient: ``-7.0 // 0.7`` (0.7 is 0.699999988 in
+float32, the quotient -10.00000017, rounded to -10.0) gave -10 where torch gives -11, and the
+remainder was off by the whole divisor. The standard flavour follows torch's steps on ONNX's
+``Mod`` with ``fmod=1`` (C's fmod, exact on ONNX Runtime). OpenVINO's ``Mod`` is not C's fmod
+(``a - trunc(a / b) * b`` in float32: fmod(-7, 0.7) is 0, fmod(1, inf) NaN), so its flavour keeps
+the rounded quotient's floor for floats, as torch.onnx did (``docs/internals.md``).
+
+Integers, every flavour: ``a - Mod(a, b)`` (the divisor's sign, as Python's ``%``) is a multiple
+of ``b``, so dividing it is exact whatever a runtime's integer ``Div`` rounds to. A divisor read
+from a shape (``i % x.shape[1]`` at a dynamic size) is a graph value, which torch.onnx's own
+translation refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnx import TensorProto
+from onnxscript import opset18 as op
+
+_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+def floor_divide(self: Any, other: Any) -> Any:
+    """``aten.floor_divide``: torch's floor of the exact quotient."""
+    other = op.CastLike(other, self)
+    if self.dtype not in _FLOATS:
+        return _integer_floor_divide(self, other)
+    mod = op.Mod(self, other, fmod=1)
+    div = op.Div(op.Sub(self, mod), other)
+    div = op.Where(_signs_differ(mod, other), op.Sub(div, op.CastLike(1, div)), div)
+    floor = op.Floor(div)
+    floor = op.Where(op.Greater(op.Sub(div, floor), op.CastLike(0.5, div)), op.Add(floor, op.CastLike(1, div)), floor)
+    return op.Where(op.Equal(other, op.CastLike(0, other)), op.Div(self, other), floor)
+
+
+def remainder(self: Any, other: Any) -> Any:
+    """``aten.remainder``: C's fmod, moved to the divisor's sign as Python's ``%``."""
+    other = op.CastLike(other, self)
+    if self.dtype not in _FLOATS:
+        return op.Mod(self, other, fmod=0)
+    mod = op.Mod(self, other, fmod=1)
+    return op.Where(_signs_differ(mod, other), op.Add(mod, other), mod)
+
+
+def div_mode(self: Any, other: Any, rounding_mode: str | None = None) -> Any:
+    """``aten.div.Tensor_mode`` / ``Scalar_mode``, with ``floor_divide`` for ``floor``."""
+    return floor_divide(self, other) if rounding_mode == "floor" else _other_mode(self, other, rounding_mode)
+
+
+def floor_divide_openvino(self: Any, other: Any) -> Any:
+    other = op.CastLike(other, self)
+    if self.dtype not in _FLOATS:
+        return _integer_floor_divide(self, other)
+    return op.Floor(op.Div(self, other))
+
+
+def remainder_openvino(self: Any, other: Any) -> Any:
+    other = op.CastLike(other, self)
+    if self.dtype not in _FLOATS:
+        return op.Mod(self, other, fmod=0)
+    return op.Sub(self, op.Mul(op.Floor(op.Div(self, other)), other))
+
+
+def div_mode_openvino(self: Any, other: Any, rounding_mode: str | None = None) -> Any:
+    if rounding_mode == "floor":
+        return floor_divide_openvino(self, other)
+    return _other_mode(self, other, rounding_mode)
+
+
+def _other_mode(self: Any, other: Any, rounding_mode: str | None) -> Any:
+    """True division, or ``trunc``: the rounded quotient truncated for floats (as torch), the exact
+    one for integers."""
+    other = op.CastLike(other, self)
+    if rounding_mode != "trunc":
+        return op.Div(self, other)
+    if self.dtype not in _FLOATS:
+        return op.Div(op.Sub(self, op.Mod(self, other, fmod=1)), other)
+    quotient = op.Div(self, other)
+    return op.Where(op.Less(quotient, op.CastLike(0, quotient)), op.Ceil(quotient), op.Floor(quotient))
+
+
+def _integer_floor_divide(self: Any, other: Any) -> Any:
+    return op.Div(op.Sub(self, op.Mod(self, other, fmod=0)), other)
+
+
+def _signs_differ(mod: Any, divisor: Any) -> Any:
+    """A nonzero remainder whose sign is not the divisor's."""
+    zero = op.CastLike(0, mod)
+    return op.And(op.Not(op.Equal(mod, zero)), op.Xor(op.Less(mod, zero), op.Less(divisor, zero)))
