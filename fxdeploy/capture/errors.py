@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
+import sys
 import traceback
 from typing import Any
 
@@ -32,7 +34,7 @@ def explain(exc: BaseException, model: Any, subs: Any) -> str:
     if guard is not None:  # said in fxdeploy's words, torch's own first line aside
         lines = [f"fxdeploy could not capture {type(model).__name__}:"]
         lines += branches.explain(guard, branches.parse(getattr(exc, "decided", None)), getattr(exc, "retry", ""))
-        return "\n".join(lines + _active(subs))
+        return "\n".join(lines + _active(subs, model))
     frame = _user_frame(exc)
     summary = _first_line(exc)
     lines = [f"fxdeploy could not capture {type(model).__name__}: {type(exc).__name__}: {summary}"]
@@ -59,11 +61,15 @@ def explain(exc: BaseException, model: Any, subs: Any) -> str:
             "dict: give that example a size of 2 or more there (the range can still start at 1)."
         )
     lines += _diagnosis(text)
-    return "\n".join(lines + _active(subs))
+    return "\n".join(lines + _active(subs, model))
 
 
-def _active(subs: Any) -> list[str]:
-    active = [s.name for s in subs]
+def _active(subs: Any, model: Any) -> list[str]:
+    """The substitutions that could have changed this capture: a function one, or a method one of a
+    class the model holds (fxdeploy's own ``TransformerEncoder.forward`` says nothing of a CNN)."""
+    classes = {type(m) for m in model.modules()} if isinstance(model, torch.nn.Module) else set()
+    active = [s.name for s in subs
+              if not s.is_method or any(getattr(c, s.attribute, None) is s.target for c in classes)]
     return [f"  substitutions active during this capture: {', '.join(active)}"] if active else []
 
 
@@ -95,13 +101,22 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
+def _owner(frame: Any) -> str:
+    """The module, and the class of a method (``__main__.Detector``): what ``substitute`` names a
+    method by, where its bare name (``__main__.forward``) names nothing."""
+    module = frame.f_globals.get("__name__", "")
+    qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+    owner = qualname.rsplit(".", 1)[0] if "." in qualname and "<locals>" not in qualname else ""
+    return f"{module}.{owner}" if module and owner else module
+
+
 def _user_frame(exc: BaseException) -> tuple[str, int, str, str] | None:
     """The innermost frame outside torch and fxdeploy: from the traceback, else from dynamo's text."""
     best: tuple[str, int, str, str] | None = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
         file = frame.f_code.co_filename
         if not file.startswith(_INTERNAL) and not any(p in file for p in _INTERNAL[2:]):
-            best = (file, line, frame.f_code.co_name, frame.f_globals.get("__name__", ""))
+            best = (file, line, frame.f_code.co_name, _owner(frame))
     cause = exc.__cause__ or exc.__context__
     if best is None and cause is not None and cause is not exc:
         best = _user_frame(cause)
@@ -109,8 +124,30 @@ def _user_frame(exc: BaseException) -> tuple[str, int, str, str] | None:
         for match in _FRAME.finditer(str(exc)):
             file = match["file"]
             if not file.startswith(_INTERNAL[:2]):
-                best = (file, int(match["line"]), match["func"], "")
+                best = (file, int(match["line"]), match["func"], _owner_at(file, int(match["line"])))
     return best
+
+
+def _owner_at(file: str, line: int) -> str:
+    """``_owner`` for a frame known by its file and line only (dynamo's text): the classes around
+    the line, read from the source, and the module loaded from that file."""
+    try:
+        with open(file, encoding="utf-8") as handle:
+            node: ast.AST = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    owners: list[str] = []
+    while True:
+        inner = next((c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.ClassDef, ast.FunctionDef))
+                      and c.lineno <= line <= (c.end_lineno or c.lineno)), None)
+        if inner is None or isinstance(inner, ast.FunctionDef):
+            break
+        owners.append(inner.name)
+        node = inner
+    path = os.path.abspath(file)
+    module = next((name for name, m in list(sys.modules.items())
+                   if os.path.abspath(getattr(m, "__file__", None) or "-") == path), "")
+    return ".".join(part for part in (module, *owners) if part)
 
 
 def _source_line(file: str, line: int) -> str:

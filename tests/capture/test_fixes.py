@@ -113,3 +113,14 @@ def test_a_refusal_carries_torchs_guards_and_suggested_fixes() -> None:
     fix = "      _samples = Dim('_samples', min=1, max=200)"
     assert f"torch.export's suggested fixes (for dynamic_shapes):\n{fix}" in text
     assert "      samples = 20*_samples" in text
+
+
+def test_a_refusal_names_only_the_substitutions_that_could_apply() -> None:
+    """fxdeploy's own TransformerEncoder substitution was named under every refusal, a CNN's too."""
+    from fxdeploy.capture.substitution import Substitution
+
+    encoder = Substitution(torch.nn.TransformerEncoder.forward, lambda *a: None)
+    layer = torch.nn.TransformerEncoderLayer(8, 2)
+    assert "substitutions active" not in explain(RuntimeError(REFUSAL), Chunks(), [encoder])
+    assert "substitutions active during this capture: torch.nn.modules.transformer.TransformerEncoder.forward" in \
+        explain(RuntimeError(REFUSAL), torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False), [encoder])

@@ -111,3 +111,23 @@ def test_custom_op_error_names_target_op_and_fix(custom_op_outcome, target: str)
     assert target in message, message
     assert OP.search(message), message
     assert "@fxdeploy.substitute" in message, message
+
+
+class LoopInForward(torch.nn.Module):
+    """A greedy loop over a shrinking selection, in forward itself."""
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        order = scores.argsort(descending=True)
+        keep = []
+        while order.numel() > 0:
+            keep.append(order[0])
+            order = order[1:][scores[order[1:]] < scores[order[0]] - 0.1]  # BREAKS
+        return torch.stack(keep)
+
+
+def test_the_substitution_to_write_names_the_method_with_its_class() -> None:
+    """The frame came from dynamo's text, which names the function only: it read
+    ``@fxdeploy.substitute(forward)``, which names nothing; the class is read from the source."""
+    with pytest.raises(fxdeploy.CaptureError) as info:
+        fxdeploy.lower(LoopInForward(), (torch.rand(20),), target="torchscript")
+    assert f"@fxdeploy.substitute({__name__}.LoopInForward.forward)" in str(info.value), str(info.value)
