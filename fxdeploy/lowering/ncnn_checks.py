@@ -168,7 +168,9 @@ def input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expec
         + "; or ".join(problems)
         + (". A per-image input is a 3-D volume (c, d, h, w): ncnn's 3-D layers (convolution, upsampling, "
            "normalization over d, h, w) do not give PyTorch's values for this graph" if volumes else
-           ". pnnx placed the batch axis differently from the graph")
+           ". Neither way of feeding the batch axis gives them, so an op of this graph computes otherwise "
+           "on ncnn (its blobs are float32: integer arithmetic, int64 indices and exact comparisons are the "
+           "usual cause), or pnnx placed the batch axis differently from the graph")
         + "; onnxruntime, openvino and torchscript run it (fxdeploy.lower(..., target='onnxruntime'))"
     )
 

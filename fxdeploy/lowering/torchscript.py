@@ -20,6 +20,7 @@ import torch
 from fxdeploy.artifact.jit_warnings import quiet_jit
 from fxdeploy.errors import LoweringError
 from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
+from fxdeploy.passes.graph_utils import call_site
 from fxdeploy.passes.traceable_sizes import traceable_sizes
 from fxdeploy.settings import Settings
 
@@ -105,8 +106,15 @@ def trace_graph(
 
 
 def _refuse_custom_ops(gm: torch.fx.GraphModule, target: str) -> None:
-    """A leftover fxdeploy op would make the artifact depend on fxdeploy being imported."""
+    """A leftover fxdeploy op would make the artifact depend on fxdeploy being imported; a higher-order
+    op (``torch.cond``'s, with its branches as subgraphs) has no TorchScript form at all."""
     for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            raise LoweringError(
+                f"{target} lowering: {node.target.name()} (node {node.name!r}, {call_site(node)}) has no TorchScript "
+                "form (nor in pnnx, which reads TorchScript); onnxruntime and openvino lower it "
+                "(fxdeploy.lower(..., target='onnxruntime'))"
+            )
         name = getattr(node.target, "_name", None) if node.op == "call_function" else None
         if isinstance(name, str) and name.startswith("fxdeploy::"):
             raise LoweringError(

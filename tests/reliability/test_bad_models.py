@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import fxdeploy
+from tests.helpers import require_target
 from tests.reliability.conftest import TARGETS, require
 
 
@@ -131,3 +132,18 @@ def test_the_substitution_to_write_names_the_method_with_its_class() -> None:
     with pytest.raises(fxdeploy.CaptureError) as info:
         fxdeploy.lower(LoopInForward(), (torch.rand(20),), target="torchscript")
     assert f"@fxdeploy.substitute({__name__}.LoopInForward.forward)" in str(info.value), str(info.value)
+
+
+class Conditional(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t - 1, (x,))
+
+
+@pytest.mark.parametrize("target", ["torchscript", "ncnn"])
+def test_torch_cond_is_refused_by_name_where_torchscript_carries_the_graph(target: str) -> None:
+    """TorchScript cannot script a higher-order op: its error was "attribute lookup is not defined
+    on builtin"; ncnn's (pnnx reads TorchScript) blamed a batch fixed at 2."""
+    require_target(target)
+    says = r"cond \(node .cond., File .*test_bad_models\.py.*no TorchScript form"
+    with pytest.raises(fxdeploy.LoweringError, match=says):
+        fxdeploy.lower(Conditional(), (torch.randn(2, 3),), target=target)
