@@ -5,8 +5,10 @@ AveragePool has no divisor: torch.onnx drops the override and writes the plain p
 is off by ``prod(k) / d``; lower()'s check refused it), and pnnx writes a pooling layer ncnn fails
 to load. Where every window lies inside the padded input (``ceil_mode`` off, or on but adding no
 window), ``count_include_pad=True`` divides every window's sum by ``prod(k)``, so the override is
-that pool times ``prod(k) / d``. A ceil-mode pool whose last window hangs past the padding is left
-as it is (its divisor is clipped there; the check still refuses what the runtime gets wrong).
+that pool times ``prod(k) / d``. A ceil-mode pool whose last window hangs past the padding divides
+the sum of what the window holds by ``d`` too: the input is padded with zeros that far first (at
+static sizes; at a dynamic size it is left as it is, and the check refuses what the runtime gets
+wrong).
 """
 
 from __future__ import annotations
@@ -28,11 +30,16 @@ def pool_divisors(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
         if check(node) is not None:
             continue
         x, kernel, stride, padding, _, _, divisor = _arguments(node)
+        extra = _past_padding(node)
         with gm.graph.inserting_before(node):
+            if any(extra):  # zeros where the ceil-mode windows hang past the padding: each window whole
+                pads = [p for d in reversed(range(len(kernel))) for p in (padding[d], padding[d] + extra[d])]
+                x = gm.graph.call_function(aten.constant_pad_nd.default, (x, pads, 0.0))
+                padding = [0] * len(kernel)
             pool = gm.graph.call_function(node.target, (x, kernel, stride, padding, False, True, None))
             scaled = gm.graph.call_function(aten.mul.Tensor, (pool, math.prod(kernel) / divisor))
-        pool.meta.update(node.meta)
-        scaled.meta.update(node.meta)
+        for new in (x, pool, scaled) if any(extra) else (pool, scaled):
+            new.meta.update(node.meta)
         node.replace_all_uses_with(scaled)
         gm.graph.erase_node(node)
         modified = True
@@ -40,8 +47,8 @@ def pool_divisors(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
 
 
 def check(node: torch.fx.Node) -> str | None:
-    """None when ``node`` is an average pool with a divisor override whose windows all lie inside
-    the padded input, else why it is left alone."""
+    """None when ``node`` is an average pool with a divisor override at static sizes, or whose
+    windows all lie inside the padded input, else why it is left alone."""
     if node.op != "call_function" or node.target not in POOLS:
         return "not aten.avg_pool2d or aten.avg_pool3d"
     x, kernel, stride, padding, ceil_mode, _, divisor = _arguments(node)
@@ -51,17 +58,27 @@ def check(node: torch.fx.Node) -> str | None:
         return f"divisor override {divisor!r} is not a nonzero number"
     if not ceil_mode:
         return None
+    if _past_padding(node) is None:
+        return "ceil_mode at a dynamic size: the last window may hang past the padding, where its divisor is clipped"
+    return None
+
+
+def _past_padding(node: torch.fx.Node) -> list[int] | None:
+    """How far, per pooled dim, a ceil-mode pool's last window reaches past the padded input (a
+    divisor override divides its sum of the elements there, as of a whole window of zeros); zeros
+    without ceil_mode; None where the sizes are not static."""
+    x, kernel, stride, padding, ceil_mode, _, _ = _arguments(node)
+    rank = POOLS[node.target]
+    if not ceil_mode:
+        return [0] * rank
     value, out = x.meta.get("val"), node.meta.get("val")
     if not isinstance(value, torch.Tensor) or not isinstance(out, torch.Tensor):
-        return "ceil_mode, and no shapes recorded"
-    rank = POOLS[node.target]
+        return None
     sizes, outs = value.shape[-rank:], out.shape[-rank:]
     if not all(isinstance(s, int) for s in (*sizes, *outs)):
-        return "ceil_mode at a dynamic size: the last window may hang past the padding, where its divisor is clipped"
-    floor = [(s + 2 * p - k) // st + 1 for s, k, st, p in zip(sizes, kernel, stride, padding, strict=True)]
-    if floor != list(outs):
-        return f"ceil_mode adds a window past the padding (output {list(outs)}, {floor} without it)"
-    return None
+        return None
+    return [max((o - 1) * st + k - (s + 2 * p), 0) for s, o, k, st, p in zip(sizes, outs, kernel, stride, padding,
+                                                                                 strict=True)]
 
 
 def _arguments(node: torch.fx.Node) -> tuple[torch.fx.Node, list[int], list[int], list[int], bool, bool, int | None]:
