@@ -21,8 +21,8 @@ from fxdeploy.settings import CaptureSettings, Settings
 
 def postprocess(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     kept = x[x[:, 4] > 0.5]
-    running = kept[:, 4].cumsum(0)  # refused: a running sum over selected rows
-    return kept, running
+    reversed_scores = kept[:, 4].flip(0)  # refused: the padding would come first
+    return kept, reversed_scores
 
 
 def suppress(x: torch.Tensor) -> torch.Tensor:
@@ -57,8 +57,8 @@ def _rows(seed: int = 0) -> torch.Tensor:
 def test_nodes_name_the_helpers_line(mode: str) -> None:
     settings = Settings(capture=CaptureSettings(mode=mode))
     captured = capture(CallsAHelper(postprocess), (_rows(),), settings=settings)
-    cumsum = next(n for n in captured.graph_module.graph.nodes if str(n.target) == "aten.cumsum.default")
-    assert call_site(cumsum) == _line(postprocess, "cumsum")
+    flip = next(n for n in captured.graph_module.graph.nodes if str(n.target) == "aten.flip.default")
+    assert call_site(flip) == _line(postprocess, "flip")
     mul = next(n for n in captured.graph_module.graph.nodes if str(n.target) == "aten.mul.Tensor")
     assert call_site(mul) == _line(CallsAHelper.forward, "x * 2")
 
@@ -67,7 +67,7 @@ def test_a_refusal_names_the_line_of_the_op_in_the_helper() -> None:
     with pytest.raises(PassError) as info:
         fxdeploy.lower(CallsAHelper(postprocess), (_rows(),))
     message = str(info.value)
-    assert f"{_line(postprocess, 'cumsum')}: aten.cumsum.default orders or accumulates" in message
+    assert f"{_line(postprocess, 'flip')}: aten.flip.default orders or moves values" in message
     assert f"rows selected at {_line(postprocess, 'kept = x[')}" in message
     assert "in forward" not in message
 

@@ -2,7 +2,8 @@
 nothing. ``scores[keep].sum()``, ``iou.max(0)`` over selected boxes, or YOLOv5's merge NMS
 (``torch.mm(weights, boxes)`` with ``weights`` [kept, selected]) then equal eager's over the valid
 rows: a sum, a product or a matrix product reads zeros (ones) there, a max or a min reads -inf
-(inf), ``any`` False and ``all`` True. A mean divides the masked sum by the valid rows' number.
+(inf), ``any`` False and ``all`` True; a softmax along them gives the padding 0. A mean divides the
+masked sum by the valid rows' number.
 Every input of a matrix product is masked along the dim it contracts (0 * inf would be NaN).
 A reduction that is not in this table and loses a padded dim is refused by ``row_wise``.
 """
@@ -28,6 +29,8 @@ _REDUCTIONS: dict[str, tuple[str, int | None]] = {
     "aten.amin.default": ("highest", 1), "aten.min.dim": ("highest", 1), "aten.min.default": ("highest", None),
     "aten.argmax.default": ("lowest", 1), "aten.argmin.default": ("highest", 1),
     "aten.logsumexp.default": ("lowest", 1),
+    "aten._softmax.default": ("lowest", 1), "aten.softmax.int": ("lowest", 1),
+    "aten._log_softmax.default": ("lowest", 1), "aten.log_softmax.int": ("lowest", 1),
     "aten.any.default": ("zero", None), "aten.any.dim": ("zero", 1), "aten.any.dims": ("zero", 1),
     "aten.all.default": ("one", None), "aten.all.dim": ("one", 1), "aten.all.dims": ("one", 1),
 }

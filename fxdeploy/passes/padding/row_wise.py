@@ -32,9 +32,10 @@ SHAPES = {aten.view, aten.reshape, aten._unsafe_view, aten.expand, aten.zeros, a
 VIEWS = {aten.view, aten.reshape, aten._unsafe_view}
 # Ops that pick rows by an index: the index's dims stand for the rows dim it indexes.
 _INDEXING = {"aten.index.Tensor", "aten.index_select.default", "aten.gather.default"}
-# Ops that order or accumulate along a dim while keeping its length.
-ALONG = {aten.sort, aten.argsort, aten.cumsum, aten.cumprod, aten.flip, aten.roll, aten._softmax, aten._log_softmax,
-         aten.softmax, aten.log_softmax}
+# Ops that move values along a dim while keeping its length: the padding would move into the valid
+# rows. (A running sum or product reads only the rows before it, and the valid rows come first: it
+# is row-wise. A softmax is ``reductions``'.)
+ALONG = {aten.sort, aten.argsort, aten.flip, aten.roll}
 
 
 def _check(node: Node, rows: PaddedRows) -> str | None:
@@ -202,9 +203,9 @@ def _refuse_mixing(node: Node, rows: PaddedRows) -> None:
         return
     source = node.args[0]
     along = _along(node)
-    if along is not None and along % max(source.meta["val"].dim(), 1) in rows.dims(source):
+    if along and any(dim % max(source.meta["val"].dim(), 1) in rows.dims(source) for dim in along):
         raise CompactionError(
-            f"{call_site(node)}: {node.target} orders or accumulates along the rows selected at "
+            f"{call_site(node)}: {node.target} orders or moves values along the rows selected at "
             f"{rows.site(source)}, and the padded rows would enter it. Keep the rows apart until an NMS, "
             "or select with a fixed count (topk)"
         )
@@ -258,11 +259,17 @@ def _gathers_rows(node: Node, rows: PaddedRows) -> bool:
     return isinstance(index, Node) and not rows.dims(index)
 
 
-def _along(node: Node) -> int | None:
-    if getattr(node.target, "overloadpacket", None) not in ALONG:
-        return None
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
-    return dim if isinstance(dim, int) else None
+def _along(node: Node) -> list[int]:
+    """The dims an ``ALONG`` op moves values along: a sort's ``dim``, a flip's ``dims``, a roll's
+    ``dims`` (none: the flattened tensor, so every dim)."""
+    packet = getattr(node.target, "overloadpacket", None)
+    if packet not in ALONG:
+        return []
+    if packet is aten.roll:
+        dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
+        return list(dims) if dims else list(range(node.args[0].meta["val"].dim()))
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dims" if packet is aten.flip else "dim", -1)
+    return [dims] if isinstance(dims, int) else list(dims)
 
 
 ROW_WISE = Rule("row_wise", _check, _replace)

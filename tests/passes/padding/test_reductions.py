@@ -1,6 +1,6 @@
-"""reductions: sums, extrema, means and matrix products over selected rows read the padding as
-the reduction's identity, so that they equal eager's over the valid rows; any other op that holds
-fewer padded dims than it reads is refused with its line."""
+"""reductions: sums, extrema, means, softmaxes and matrix products over selected rows read the
+padding as the reduction's identity, so that they equal eager's over the valid rows; any other op
+that holds fewer padded dims than it reads is refused with its line."""
 
 from __future__ import annotations
 
@@ -39,14 +39,17 @@ class MergeNms(torch.nn.Module):
 
 
 class Statistics(torch.nn.Module):
-    """Reductions of the selected rows: over all of them, along them, and across the columns."""
+    """Reductions of the selected rows: over all of them, along them, and across the columns; a
+    softmax along them, running sums and products (they read only earlier rows, which come first)."""
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         kept = x[x[:, 0] > 0.4]
         columns = kept[:, 1:]
         return (columns.sum(0), columns.mean(0), columns.amax(0), columns.amin(0), columns.max(0).indices,
                 kept.sum(), (columns > 0.9).any(0), (columns > 0.05).all(0), columns.prod(0), columns.argmin(0),
-                torch.logsumexp(columns, 0), (pairwise_iou(columns, columns) > 0.1).sum(1), kept.amax(1))
+                torch.logsumexp(columns, 0), (pairwise_iou(columns, columns) > 0.1).sum(1), kept.amax(1),
+                columns.softmax(0), columns.log_softmax(0), columns.cumsum(0), columns.cumprod(0),
+                kept[:, 1] / kept[:, 1].max())
 
 
 def test_a_matrix_product_across_the_selected_rows_matches_eager() -> None:
