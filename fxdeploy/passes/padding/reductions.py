@@ -107,10 +107,9 @@ def _identity(dtype: torch.dtype, identity: str) -> bool | int | float:
         return identity in ("one", "highest")
     if identity in ("zero", "one"):
         return 0 if identity == "zero" else 1
-    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
     if dtype.is_floating_point:
         return float("-inf") if identity == "lowest" else float("inf")
-    return int(info.min) if identity == "lowest" else int(info.max)
+    return int(torch.iinfo(dtype).min) if identity == "lowest" else int(torch.iinfo(dtype).max)
 
 
 def _mean(gm: torch.fx.GraphModule, node: Node, args: list, rows: PaddedRows) -> None:

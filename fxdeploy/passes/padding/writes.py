@@ -51,6 +51,10 @@ def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
                               f"by {step}; only a write of the first rows (out[:n] = rows) is padded")
     shape = base.meta["val"].shape
     dim = dim % len(shape)
+    if not isinstance(shape[dim], int):
+        raise CompactionError(f"{call_site(node)}: writes the rows selected at {rows.site_of(expr)} into a "
+                              f"buffer of {shape[dim]} rows; only a buffer of a fixed size (torch.full((k, ...), "
+                              "...)) is padded")
     bound = min(rows.bound(expr), int(shape[dim]))
     view = [-1] + [1] * (len(shape) - dim - 1)
     valid = call(aten.view.default, (call(aten.slice.Tensor, (rows.valid(expr), 0, 0, bound)), view))
