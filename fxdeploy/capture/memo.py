@@ -172,9 +172,12 @@ def _bare(error: BaseException, depth: int = 0) -> BaseException:
     their frames hold the model and the example, which an entry must not keep alive. The causes
     stay, since capture reads them (torch.export's suggested fixes, a batch fixed by a loop). Each
     raise gets its own copy, so raising one does not tie the kept error to the raiser's frames."""
-    copied = type(error).__new__(type(error), *error.args)  # not rebuilt by __init__: its signature varies
-    copied.args = error.args
-    copied.__dict__.update(vars(error))
+    try:  # not rebuilt by __init__, whose signature varies
+        copied = type(error).__new__(type(error), *error.args)
+        copied.args = error.args
+        copied.__dict__.update(vars(error))
+    except Exception:  # noqa: BLE001 - a class whose __new__ takes other arguments: its words are kept
+        copied = RuntimeError(f"{type(error).__name__}: {error}")
     if error.__cause__ is not None and depth < 8:
         copied.__cause__ = _bare(error.__cause__, depth + 1)
     return copied
