@@ -331,10 +331,49 @@ BYTES = Program(
 """Byte arithmetic that wraps (``wrapping_bytes``)."""
 
 POOL_DIVISORS = Program(
-    body=("return (F.avg_pool2d(x0, 3, 2, 1, divisor_override=4), F.avg_pool2d(x0, 2, divisor_override=1))",),
+    body=("return (F.avg_pool2d(x0, 3, 2, 1, divisor_override=4), F.avg_pool2d(x0, 2, divisor_override=1),",
+          "        F.avg_pool2d(x0, 3, 2, ceil_mode=True, divisor_override=5))"),
     inputs=(Input("x0", (2, 3, 8, 8), dynamic=True),),
 )
-"""Average pools with a divisor override (``pool_divisors``)."""
+"""Average pools with a divisor override, one whose ceil-mode window hangs past the input (``pool_divisors``)."""
+
+SELECTED_REDUCTIONS = Program(
+    body=(
+        "p = x0.sigmoid()",
+        "p = p[p[:, 4] > 0.5]",
+        "b = torch.cat([p[:, :2] * 64, p[:, :2] * 64 + p[:, 2:4] * 16 + 1], 1)",
+        "s = p[:, 4]",
+        "s *= p[:, 5]",
+        "keep = ops.nms(b, s, 0.5)[:10]",
+        "w = s[keep, None] * s[None] * (p[keep, None, 6] > p[None, :, 6])",
+        "return (torch.mm(w, b) / (w.sum(1, keepdim=True) + 1), s.softmax(0), s.cumsum(0), b.amax(0), s.mean())",
+    ),
+    inputs=(Input("x0", (40, 7)),),
+)
+"""Reductions and a product across selected rows (YOLOv5's merge NMS), a score scaled in place
+first (``pad_compactions``' ``reductions``)."""
+
+FIXED_BUFFER = Program(
+    body=(
+        "p = x0.sigmoid()",
+        "p = p[p[:, 4] > 0.5]",
+        "b = torch.cat([p[:, :2] * 64, p[:, :2] * 64 + p[:, 2:4] * 16 + 1], 1)",
+        "keep = ops.nms(b, p[:, 4], 0.5)[:8]",
+        "out = torch.full((8, 5), -1.0)",
+        "n = keep.numel()",
+        "out[:n, :4] = b[keep]",
+        "out[:n, 4] = p[keep, 4]",
+        "return (out, torch.tensor(n))",
+    ),
+    inputs=(Input("x0", (40, 7)),),
+)
+"""Kept rows written into a fixed-size buffer, and their count (``pad_compactions``' ``writes``)."""
+
+SHARED_OUTPUTS = Program(
+    body=("v = x0[:, :2] * 3", "return (x0, v, v)"),
+    inputs=(Input("x0", (3, 4), dynamic=True),),
+)
+"""An input returned as it is, and one value returned twice (``distinct_outputs``)."""
 
 RUNNING_EXTREMA = Program(
     body=("v0 = x0.round().cummax(1)", "v1 = torch.cummin(x0, -1)",
@@ -363,6 +402,9 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "distances": (DISTANCES, {"pairwise_distances"}),
     "bytes": (BYTES, {"wrapping_bytes"}),
     "pool_divisors": (POOL_DIVISORS, {"pool_divisors"}),
+    "selected_reductions": (SELECTED_REDUCTIONS, {"pad_compactions"}),
+    "fixed_buffer": (FIXED_BUFFER, {"pad_compactions"}),
+    "shared_outputs": (SHARED_OUTPUTS, {"distinct_outputs"}),
     "running_extrema": (RUNNING_EXTREMA, {"running_extrema"}),
 }
 """Each program and the passes that must rewrite it (a check of a pass that did not fire checks nothing)."""
