@@ -33,8 +33,7 @@ def distinct_outputs(gm: torch.fx.GraphModule, settings: Settings) -> PassResult
             seen.add(leaf)
     if modified:
         output.args = (tuple(leaves),)
-        gm.recompile()
-    return PassResult(gm, modified)
+    return PassResult(gm, modified)  # run_pipeline lints and recompiles a modified graph
 
 
 def check(leaf: object, seen: set[torch.fx.Node]) -> str | None:
