@@ -353,6 +353,14 @@ SELECTED_REDUCTIONS = Program(
 """Reductions and a product across selected rows (YOLOv5's merge NMS), a score scaled in place
 first (``pad_compactions``' ``reductions``)."""
 
+FLIPPED_BOXES = Program(
+    body=("b = x0[:, :4] * 16 + torch.tensor([0.0, 0.0, 12.0, 12.0])", "keep = ops.nms(b, x0[:, 4], 0.5)",
+          "return (b[keep], keep)"),
+    inputs=(Input("x0", (40, 5)),),
+)
+"""Boxes a raw decode can flip (x2 < x1 in about a third of them): torchvision's NMS takes the corners
+as given, ``multiclass_nms`` normalizes them (``pad_compactions``' ``nms`` collapses flipped axes)."""
+
 FIXED_BUFFER = Program(
     body=(
         "p = x0.sigmoid()",
@@ -404,6 +412,7 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "pool_divisors": (POOL_DIVISORS, {"pool_divisors"}),
     "selected_reductions": (SELECTED_REDUCTIONS, {"pad_compactions"}),
     "fixed_buffer": (FIXED_BUFFER, {"pad_compactions"}),
+    "flipped_boxes": (FLIPPED_BOXES, {"pad_compactions"}),
     "shared_outputs": (SHARED_OUTPUTS, {"distinct_outputs"}),
     "running_extrema": (RUNNING_EXTREMA, {"running_extrema"}),
 }

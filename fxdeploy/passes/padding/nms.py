@@ -4,6 +4,10 @@ Every ``fxdeploy::nms``/``batched_nms`` (what torchvision's functions are substi
 ``torchvision::nms`` node becomes ``multiclass_nms`` over the boxes at their static size, padded
 rows never candidates (score -inf). Its kept indices are padded rows in turn: valid ones first,
 then 0, with their count; a ``keep[:k]`` right after it caps them at k.
+
+torchvision takes corners as given: a flipped box (x2 < x1 or y2 < y1) overlaps nothing, while
+``multiclass_nms`` normalizes corners (docs/nms-spec.md). Its flipped axes are collapsed first (x2 =
+max(x1, x2), likewise y): a box of zero width or height, which overlaps nothing there either.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ def multiclass_keep(graph: torch.fx.Graph, nms: Node, scores: Node, top_k: int) 
         top = call(aten.add.Tensor, (call(aten.max.default, (boxes,)), 1))
         offsets = call(aten.mul.Tensor, (call(aten._to_copy.default, (nms.args[2],), {"dtype": torch.float32}), top))
         boxes = call(aten.add.Tensor, (boxes, call(aten.unsqueeze.default, (offsets, 1))))
-    batched_boxes = call(aten.unsqueeze.default, (boxes, 0))
+    batched_boxes = call(aten.unsqueeze.default, (unflipped(graph, boxes), 0))
     batched_scores = call(aten.unsqueeze.default, (call(aten.unsqueeze.default, (scores, 0)), 2))
     iou = float(nms.args[-1])
     result = call(
@@ -41,6 +45,16 @@ def multiclass_keep(graph: torch.fx.Graph, nms: Node, scores: Node, top_k: int) 
     index = call(aten.select.int, (call(operator.getitem, (result, 4)), 0, 0))
     count = call(aten.select.int, (call(operator.getitem, (result, 3)), 0, 0))
     return call(aten.clamp.default, (index, 0)), count
+
+
+def unflipped(graph: torch.fx.Graph, boxes: Node) -> Node:
+    """[N, 4] corners with flipped axes collapsed, so that normalizing them changes nothing. Spelled
+    as a comparison and a ``where``, which ncnn's cut keeps on the host with the NMS they feed."""
+    call = graph.call_function
+    low = call(aten.slice.Tensor, (boxes, 1, 0, 2))
+    high = call(aten.slice.Tensor, (boxes, 1, 2, 4))
+    high = call(aten.where.self, (call(aten.lt.Tensor, (high, low)), low, high))
+    return call(aten.cat.default, ([low, high], 1))
 
 
 def _check(node: Node, rows: PaddedRows) -> str | None:

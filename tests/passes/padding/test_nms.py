@@ -74,3 +74,36 @@ def test_unsupported_consumer_names_the_call_site() -> None:
     gm = captured(CountsDetections(), boxes, logits[:, 0])
     with pytest.raises(CompactionError, match=r"test_nms\.py.*used as a value"):
         pad_compactions(gm, Settings())
+
+
+class KeepsGivenBoxes(torch.nn.Module):
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return boxes[ops.nms(boxes, scores, 0.5)]
+
+
+def flipped_boxes(seed: int, n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
+    """Overlapping boxes, a third of them given with one or both axes flipped."""
+    generator = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=generator) * 40
+    boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=generator) * 30 + 5], 1)
+    boxes[0::6] = boxes[0::6][:, [2, 3, 0, 1]]  # both axes: a positive area in torchvision's formula
+    boxes[1::6] = boxes[1::6][:, [2, 1, 0, 3]]
+    boxes[2::6] = boxes[2::6][:, [0, 3, 2, 1]]
+    return boxes, torch.rand(n, generator=generator)
+
+
+def normalized(boxes: torch.Tensor) -> torch.Tensor:
+    return torch.cat([torch.minimum(boxes[:, :2], boxes[:, 2:]), torch.maximum(boxes[:, :2], boxes[:, 2:])], 1)
+
+
+def test_flipped_boxes_overlap_nothing_as_in_torchvision() -> None:
+    """torchvision's nms takes corners as given, multiclass_nms normalizes them: without collapsing
+    the flipped axes first, a flipped box suppressed the boxes it covers (42 kept rows of 49)."""
+    model = KeepsGivenBoxes()
+    gm = pad_compactions(captured(model, *flipped_boxes(0)), Settings()).graph_module
+    for seed in range(4):
+        boxes, scores = flipped_boxes(seed)
+        want = model(boxes, scores)
+        got, count = gm(boxes, scores)
+        torch.testing.assert_close(got[: int(count)], want, rtol=0, atol=0)
+        assert len(want) > len(ops.nms(normalized(boxes), scores, 0.5))  # the flips change what is kept
