@@ -24,7 +24,7 @@ import sympy
 import torch
 
 from fxdeploy.capture.branches import Guard, explain
-from fxdeploy.capture.frames import Frame, reached
+from fxdeploy.capture.frames import Frame, reached, source
 from fxdeploy.errors import CaptureError
 
 _LOGGER = "torch.fx.experimental.symbolic_shapes"
@@ -97,7 +97,40 @@ def refuse_values(decisions: list[Decision], ep: torch.export.ExportedProgram, m
         raise ValueDecided("\n".join(lines))
 
 
-def _size_like(ep: torch.export.ExportedProgram) -> set[sympy.Symbol]:
+class CountFixed(ValueDecided):
+    """The example's values decided branches on a data-dependent size until they fixed it."""
+
+
+def refuse_fixed_counts(decisions: list[Decision], ep: torch.export.ExportedProgram, model: Any) -> None:
+    """Raise ``CountFixed`` where the branches the example decided fixed a selection's size at one
+    number (``while len(keep) > 3: keep = keep[:-1]`` decides ``u0 > 3`` ... ``u0 - 22 > 3`` and
+    torch then replaces u0 by 25): the graph keeps no size to check them against, and would
+    compute the example's case for every input."""
+    env = _shape_env(ep)
+    replaced = getattr(env, "replacements", {})
+    for decision in decisions:
+        fixed = {s: replaced[s] for s in decision.expression.free_symbols if getattr(replaced.get(s), "is_Integer", 0)}
+        if not fixed:
+            continue
+        symbol, value = next(iter(fixed.items()))
+        branches = [d for d in decisions if symbol in d.expression.free_symbols]
+        site = next((d.frames[-1] for d in branches if d.frames), None)
+        where = f" at {site.file}:{site.line} (`{source(site)}`)" if site else ""
+        recorded = ", ".join(f"`{d.expression}`" for d in branches[:3]) + (", ..." if len(branches) > 3 else "")
+        raise CountFixed(
+            f"fxdeploy could not capture {type(model).__name__}: Python branched on how many rows a data-dependent op "
+            f"(an NMS, a mask, nonzero, unique) returned{where}, and the example's values decided it "
+            f"({len(branches)} decisions, torch recorded {recorded}) until they fixed that count at {value}. One "
+            "artifact serves every input, so it would compute the example's count for all of them. Write the loop or "
+            "branch with tensor ops: a mask of the rows to keep, torch.where on the count, keep[:k] with a fixed k; "
+            "for an NMS per class of labels.unique(), one batched_nms(boxes, scores, labels, iou_threshold)."
+        )
+
+
+def _shape_env(ep: torch.export.ExportedProgram) -> Any:
     mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
-    shape_env = getattr(mode, "shape_env", None)
-    return set(getattr(shape_env, "size_like", ()))
+    return getattr(mode, "shape_env", None)
+
+
+def _size_like(ep: torch.export.ExportedProgram) -> set[sympy.Symbol]:
+    return set(getattr(_shape_env(ep), "size_like", ()))

@@ -32,7 +32,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fxdeploy.capture.frames import Frame, source, text_frames
+from fxdeploy.capture.frames import Frame, caller_of_package, source, text_frames
 from fxdeploy.errors import CaptureError, first_line
 from fxdeploy.passes.remove_asserts import ASSERT_OPS
 
@@ -61,11 +61,12 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
             kept_none = [e for e in exprs if all(_at(e, symbol, n) is (sympy.true if n == 0 else sympy.false)
                                                  for n in _SOME_SIZES)]
             if kept_none:
-                raise OtherSide(_KEPT_NONE.format(where=_where(site), recorded=_recorded(kept_none)))
+                raise OtherSide(_KEPT_NONE.format(where=_where(node), recorded=_recorded(kept_none)))
             exprs = [e for e in exprs if not _pins(e)]  # a count read as a number: the padding passes' to judge
-            breaking = [n for n in range(_FEW_ROWS + 1) if any(_at(e, symbol, n) is not sympy.true for e in exprs)]
+            breaking = [n for n in range(_FEW_ROWS + 1) if _breaks(exprs, symbol, n)]
+            sizes = dict.fromkeys([*breaking[:3], *_edges(exprs, symbol)])  # the fewest rows, then each edge
             cuts = [(_KEEPS.get(n, f"keeps {n} rows"), functools.partial(_first_rows, places=places, count=n))
-                    for n in breaking[:3]]  # the fewest rows at which a recorded side breaks
+                    for n in sizes]
             if _every_row_applies(node):
                 cuts.append(("keeps every row it could", _every_row))
             if cuts and site is None:
@@ -76,11 +77,13 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
                 found = _compare(module, nodes, model, (args, kwargs), node, cut, site)
                 if found:
                     broken, difference = found
-                    raise OtherSide(_DIFFERS.format(where=_where(site), recorded=_recorded(broken), keeps=keeps,
+                    raise OtherSide(_DIFFERS.format(where=_where(node), recorded=_recorded(broken), keeps=keeps,
                                                     difference=difference))
 
 
 _FEW_ROWS = 64  # cut to the first n rows only where the example kept n or more: more are cut as "every row"
+_FEW_ROWS_CUT = 2  # the fewest-rows cuts are 0 to 2; an edge is looked for above them
+_EDGES = 3  # edges checked per selection, each one more eager run of the model
 _KEEPS = {0: "keeps none", 1: "keeps one row"}
 _SOME_SIZES = (0, 1, 2, 3, 1000)  # an assert true at 0 and false at the others holds only where none is kept
 _KEPT_NONE = (
@@ -260,6 +263,20 @@ def _expr(node: torch.fx.Node) -> sympy.Basic | None:
     return value.node.expr if isinstance(value, torch.SymBool) else None
 
 
+def _breaks(exprs: list[sympy.Basic], symbol: sympy.Symbol, n: int) -> bool:
+    return any(_at(e, symbol, n) is not sympy.true for e in exprs)
+
+
+def _edges(exprs: list[sympy.Basic], symbol: sympy.Symbol) -> list[int]:
+    """The sizes at which a recorded side breaks next to one at which every side holds: where the
+    example decided ``if len(keep) > 20: keep = keep[:5]``, 20 (at 0 to 2 rows both sides agree).
+    Read off the integers the expressions hold (a branch compares the size with a number)."""
+    numbers = {int(a) for e in exprs for a in e.atoms(sympy.Integer)}
+    near = sorted({n for c in numbers for n in (c - 1, c, c + 1) if n > _FEW_ROWS_CUT})
+    return [n for n in near if _breaks(exprs, symbol, n)
+            and not (_breaks(exprs, symbol, n - 1) and _breaks(exprs, symbol, n + 1))][:_EDGES]
+
+
 def _pins(expr: sympy.Basic) -> bool:
     """``Eq(Min(25, u0), 25)``: Python read the count as a number (``len(pred)``), which fixed it.
     ``pad_compactions`` gives such a count its bound, or refuses it naming the line; no branch
@@ -277,8 +294,13 @@ def _site(node: torch.fx.Node) -> Frame | None:
     return frames[-1] if frames else None
 
 
-def _where(site: Frame | None) -> str:
-    return "an unknown line" if site is None else f"{site.file}:{site.line} (`{source(site)}`)"
+def _where(node: torch.fx.Node) -> str:
+    frames = text_frames(node.meta.get("stack_trace") or "")
+    if not frames:
+        return "an unknown line"
+    caller = caller_of_package(frames)
+    called = "" if caller is None else f", called from {caller.file}:{caller.line} (`{source(caller)}`)"
+    return f"{frames[-1].file}:{frames[-1].line} (`{source(frames[-1])}`){called}"
 
 
 def _recorded(exprs: list[sympy.Basic]) -> str:

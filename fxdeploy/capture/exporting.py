@@ -124,6 +124,7 @@ def _decided_by_example(
     if _branches_on_values(ep.graph):  # only sizes may decide: a value's branch differs per input
         raise first or CaptureError("a Python branch reads a tensor's value, which the example decided")
     decisions.refuse_values(decided, ep, model)  # the ones that left no assert (a float, an item dynamo dropped)
+    decisions.refuse_fixed_counts(decided, ep, model)
     for node in ep.graph.nodes:  # the real values decided the branches; passes re-derive shapes only
         for value in pytree.tree_leaves(node.meta.get("val")):
             if isinstance(value, torch.Tensor) and getattr(value, "real_tensor", None) is not None:

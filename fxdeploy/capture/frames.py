@@ -102,5 +102,15 @@ def internal(file: str) -> bool:
     return file.startswith(_LIBRARIES) or stdlib or file.startswith("<")
 
 
+def caller_of_package(frames: list[Frame]) -> Frame | None:
+    """Where the innermost frame, an installed package's line or fxdeploy's (torchvision's ``nms``,
+    ``fxdeploy.ops.nms``), was called from in the user's own code; None where the innermost frame
+    is the user's or no such caller ran."""
+    theirs = [f.file.startswith(_PACKAGES) or internal(f.file) for f in frames]
+    if not frames or not theirs[-1]:
+        return None
+    return next((f for f, other in zip(reversed(frames), reversed(theirs), strict=True) if not other), None)
+
+
 def source(frame: Frame) -> str:
     return linecache.getline(frame.file, frame.line).strip()

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import fxdeploy
-from fxdeploy.errors import CaptureError, PassError
+from fxdeploy import ops
+from fxdeploy.errors import CaptureError
 
 
 class SumOrDefault(torch.nn.Module):
@@ -156,9 +157,60 @@ def test_a_branch_for_exactly_a_few_kept_rows_is_refused(model: torch.nn.Module,
 
 
 def test_a_branch_the_example_took_for_its_own_count_is_refused() -> None:
-    """Not cut (a count pinned to a nonzero number), but ``pad_compactions`` refuses the fixed count."""
-    with pytest.raises(PassError, match=r'test_emptied.py", line \d+.*fixed the number of rows selected here at 3'):
+    """Not cut: the branch fixed the count (torch replaced u0 by 3), and the capture refuses it by its line."""
+    refusal = r"branched on how many rows.*test_emptied.py:\d+ \(`if kept.shape\[0\] == 3:`\).*count at 3\."
+    with pytest.raises(CaptureError, match=refusal):
         fxdeploy.lower(ThreeRowsScaled(), (_example(),), target="onnxruntime")
+
+
+class TrimsToThree(torch.nn.Module):
+    """A loop on the kept count: the example decides each of its tests, which fix the count."""
+
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        keep = ops.nms(boxes, scores, 0.5)
+        while keep.numel() > 3:
+            keep = keep[:-1]
+        return boxes[keep]
+
+
+class FiveOfMany(torch.nn.Module):
+    """A branch that agrees with its other side at 0 to 5 kept rows and differs above: at 6 to 20."""
+
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        keep = ops.nms(boxes, scores, 0.5)
+        if keep.numel() > 20:
+            keep = keep[:5]
+        return boxes[keep]
+
+
+class NmsPerClass(torch.nn.Module):
+    """A loop over the classes present: as many NMS calls as the example has classes."""
+
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        labels = (scores * 3).long()
+        kept = [boxes[labels == c][ops.nms(boxes[labels == c], scores[labels == c], 0.5)] for c in labels.unique()]
+        return torch.cat(kept)
+
+
+def _boxes(n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    xy = torch.rand(n, 2, generator=generator) * 200
+    return torch.cat([xy, xy + 10], 1), torch.rand(n, generator=generator)
+
+
+@pytest.mark.parametrize(("model", "refusal"), [
+    (TrimsToThree(), r"`while keep.numel\(\) > 3:`.*\d+ decisions, torch recorded `u0 > 3`.*fixed that count at \d+\."),
+    (FiveOfMany(), r"called from .*`keep = ops.nms\(boxes, scores, 0.5\)`.*`u0 > 20`.*keeps 20 rows.*\[20, 4\], not"),
+    (NmsPerClass(), r"`kept = \[boxes.*for c in labels.unique\(\)\]`.*fixed that count at 3.*one batched_nms"),
+], ids=["loop", "edge", "unique"])
+def test_a_branch_decided_away_from_no_rows_is_refused(model: torch.nn.Module, refusal: str) -> None:
+    """The first two lowered and returned 5 (or the example's count less 3) rows for every input: at 0
+    to 2 kept rows, the only sizes the check cut to, the graph and eager agree. The loop over classes
+    failed in the padding pass, which called it a bug of its own."""
+    boxes, scores = _boxes()
+    assert len(ops.nms(boxes, scores, 0.5)) > 20
+    with pytest.raises(CaptureError, match=refusal):
+        fxdeploy.lower(model, (boxes, scores), target="onnxruntime")
 
 
 @pytest.mark.parametrize(("model", "refusal"), [

@@ -90,11 +90,11 @@ def _replace(gm: torch.fx.GraphModule, nms: Node, rows: PaddedRows) -> None:
 
 
 def head_slice(node: Node) -> int | None:
-    """k for ``x[:k]``, else None."""
+    """k for ``x[:k]`` with k >= 0, else None (``x[:-1]`` drops a row: it caps nothing)."""
     if not is_op(node, "aten.slice.Tensor"):
         return None
     args = list(node.args) + [None] * (5 - len(node.args))
-    if args[1] == 0 and args[2] in (0, None) and isinstance(args[3], int) and args[4] in (1, None):
+    if args[1] == 0 and args[2] in (0, None) and isinstance(args[3], int) and args[3] >= 0 and args[4] in (1, None):
         return args[3]
     return None
 

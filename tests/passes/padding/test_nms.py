@@ -107,3 +107,18 @@ def test_flipped_boxes_overlap_nothing_as_in_torchvision() -> None:
         got, count = gm(boxes, scores)
         torch.testing.assert_close(got[: int(count)], want, rtol=0, atol=0)
         assert len(want) > len(ops.nms(normalized(boxes), scores, 0.5))  # the flips change what is kept
+
+
+def test_a_negative_stop_after_the_nms_drops_rows_it_does_not_cap_them() -> None:
+    """``keep[:-1]`` was read as a cap of -1 rows: multiclass_nms with a negative size."""
+
+    class AllButLast(torch.nn.Module):
+        def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            return boxes[ops.nms(boxes, scores, 0.5)[:-1]]
+
+    model = AllButLast()
+    gm = pad_compactions(captured(model, *flipped_boxes(0)), Settings()).graph_module
+    for seed in range(3):
+        boxes, scores = normalized(flipped_boxes(seed)[0]), flipped_boxes(seed)[1]
+        got, count = gm(boxes, scores)
+        torch.testing.assert_close(got[: int(count)], model(boxes, scores), rtol=0, atol=0)
