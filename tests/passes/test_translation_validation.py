@@ -337,6 +337,13 @@ POOL_DIVISORS = Program(
 )
 """Average pools with a divisor override, one whose ceil-mode window hangs past the input (``pool_divisors``)."""
 
+CEIL_POOL_COUNTS = Program(
+    body=("return (F.avg_pool2d(x0, 2, ceil_mode=True), F.avg_pool2d(x0, 3, 2, 1, ceil_mode=True),",
+          "        F.avg_pool2d(x0, (3, 2), (2, 2), (1, 0), ceil_mode=True))"),
+    inputs=(Input("x0", (2, 3, 7, 9), dynamic=True),),
+)
+"""Ceil-mode average pools counting the padding whose last windows hang past it (``ceil_pool_counts``)."""
+
 SELECTED_REDUCTIONS = Program(
     body=(
         "p = x0.sigmoid()",
@@ -402,6 +409,7 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "distances": (DISTANCES, {"pairwise_distances"}),
     "bytes": (BYTES, {"wrapping_bytes"}),
     "pool_divisors": (POOL_DIVISORS, {"pool_divisors"}),
+    "ceil_pool_counts": (CEIL_POOL_COUNTS, {"ceil_pool_counts"}),
     "selected_reductions": (SELECTED_REDUCTIONS, {"pad_compactions"}),
     "fixed_buffer": (FIXED_BUFFER, {"pad_compactions"}),
     "shared_outputs": (SHARED_OUTPUTS, {"distinct_outputs"}),
