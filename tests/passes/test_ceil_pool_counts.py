@@ -41,7 +41,7 @@ CASES = [  # (rank, options, shape, padded): the last window hangs past the padd
 
 
 @pytest.mark.parametrize(("rank", "options", "shape", "padded"), CASES)
-def test_the_padding_is_zeros_and_the_count_is_the_windows(rank: int, options: dict, shape: tuple, padded: bool) -> None:
+def test_zeros_pad_and_the_window_counts(rank: int, options: dict, shape: tuple, padded: bool) -> None:
     model, x = Pool(rank, **options), torch.randn(shape, generator=torch.Generator().manual_seed(0))
     gm = applied(ceil_pool_counts, _graph(model, x))
     pool = f"aten.avg_pool{rank}d.default"
