@@ -21,6 +21,7 @@ from fxdeploy.passes.ncnn.einsum_products import einsum_products
 from fxdeploy.passes.ncnn.empty_cat_inputs import empty_cat_inputs
 from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
 from fxdeploy.passes.ncnn.fold_constants import fold_constants
+from fxdeploy.passes.ncnn.functional_fills import functional_fills
 from fxdeploy.passes.ncnn.functional_spellings import functional_spellings
 from fxdeploy.passes.ncnn.identity_indexing import identity_indexing
 from fxdeploy.passes.ncnn.input_attention_masks import input_attention_masks
@@ -140,9 +141,11 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # is a pad, where scatters_as_slices would cat constant slices of the buffer.
 # empty_cat_inputs first: pnnx hangs on a cat with an empty input (a cat of nothing else is left alone).
 # functional_spellings next: the passes after it match reshapes and clamps by their public ops;
-# einsum_products and integer_powers beside it (spellings too).
+# einsum_products and integer_powers beside it (spellings too). functional_fills beside them (torch.jit.trace
+# asserts on a functional zero or fill); before padded_copies and fold_constants, which read the factory ops.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, empty_cat_inputs, functional_spellings, einsum_products, integer_powers,
+    *CLEANUP, dense_encoder_layers, empty_cat_inputs, functional_spellings, functional_fills, einsum_products,
+    integer_powers,
     pool_divisors, ceil_pool_counts, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies,
     scatters_as_slices, identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks,
     float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices,

@@ -344,6 +344,12 @@ CEIL_POOL_COUNTS = Program(
 )
 """Ceil-mode average pools counting the padding whose last windows hang past it (``ceil_pool_counts``)."""
 
+FUNCTIONAL_FILLS = Program(
+    body=("v0 = x0 * 1", "v0[:, 1:3].zero_()", "v0[:, 4].fill_(-0.0)", "return (1 / v0,)"),
+    inputs=(Input("x0", (3, 6), dynamic=True),),
+)
+"""Writes of one value through views, functionalized into a zero and a fill (``functional_fills``)."""
+
 SELECTED_REDUCTIONS = Program(
     body=(
         "p = x0.sigmoid()",
@@ -410,6 +416,7 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "bytes": (BYTES, {"wrapping_bytes"}),
     "pool_divisors": (POOL_DIVISORS, {"pool_divisors"}),
     "ceil_pool_counts": (CEIL_POOL_COUNTS, {"ceil_pool_counts"}),
+    "functional_fills": (FUNCTIONAL_FILLS, {"functional_fills"}),
     "selected_reductions": (SELECTED_REDUCTIONS, {"pad_compactions"}),
     "fixed_buffer": (FIXED_BUFFER, {"pad_compactions"}),
     "shared_outputs": (SHARED_OUTPUTS, {"distinct_outputs"}),
