@@ -101,9 +101,9 @@ def _decided_by_example(
     if not real_values:
         with module_state(model), _quiet(), stacks(), watch:
             try:
-                return _autocast_inlined(torch.export.export(
+                return _asserts_as_guards(_autocast_inlined(torch.export.export(
                     model, args, kwargs, dynamic_shapes=shapes, strict=strict,
-                    prefer_deferred_runtime_asserts_over_guards=deferred))
+                    prefer_deferred_runtime_asserts_over_guards=deferred)), deferred)
             except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
                 text = f"{type(exc).__name__} {exc}"
                 if "GuardOnDataDependentSymNode" not in text and "Could not guard on data-dependent" not in text:
@@ -138,7 +138,30 @@ def _decided_by_example(
         mode.propagate_real_tensors = False
     with module_state(model):
         emptied.check(ep, model, args, kwargs)
-    return _autocast_inlined(ep)
+    return _asserts_as_guards(_autocast_inlined(ep), deferred)
+
+
+def _asserts_as_guards(ep: torch.export.ExportedProgram, deferred: bool) -> torch.export.ExportedProgram:
+    """``ep`` with, where it was ``deferred``, the runtime asserts on its input sizes added to its
+    guards. With ``prefer_deferred_runtime_asserts_over_guards``, every guard on the input sizes is
+    an assert, not only the ones ``true_guards`` proved (``x.view(-1, 4)``'s ``h*w % 4 == 0``, a
+    branch the example decided): the cleanup drops asserts, so as guards they stay, checked by
+    ``Deployed`` as torch.export's own (torch's ``_convert_guards_to_code``, for the asserts)."""
+    if not deferred:
+        return ep
+    from torch.export.exported_program import _get_shape_env
+    from torch.fx.experimental.symbolic_shapes import ShapeGuardPythonPrinter
+
+    env = _get_shape_env(ep.graph_module)
+    if env is None:
+        return ep
+    inputs = {symbol for symbol, sources in env.var_to_sources.items()
+              if all(not isinstance(source, torch._dynamo.source.ConstantSource) for source in sources)}
+    printer = ShapeGuardPythonPrinter(env.var_to_sources, lambda s: s.name, env.var_to_sources)
+    asserts = [printer.doprint(ra.expr) for ras in env.deferred_runtime_asserts.values() for ra in ras
+               if ra.expr.free_symbols and ra.expr.free_symbols <= inputs]
+    ep._guards_code = [*ep._guards_code, *(g for g in asserts if "L['self']" not in g and g not in ep._guards_code)]
+    return ep
 
 
 def _autocast_inlined(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

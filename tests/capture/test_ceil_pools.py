@@ -54,3 +54,26 @@ def test_a_ceil_mode_pool_takes_odd_and_even_sizes(target: str, pool: str) -> No
         assert got.shape == want.shape, size
         error = (got - want).abs().max().item()
         assert error < 1e-4, f"{size}: max error {error}"
+
+
+class PoolAndGroups(torch.nn.Module):
+    """A ceil-mode pool beside a view that needs ``h*w % 4 == 0``: a guard that does not always hold."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.max_pool2d(x, 2, 2, ceil_mode=True) + x.view(1, 3, -1, 4).sum(-1).mean()
+
+
+def test_the_guards_that_do_not_always_hold_are_still_checked() -> None:
+    """Exported with its guards as runtime asserts (which the passes drop), the model keeps the
+    guards that do not hold at every size in the manifest, where ``Deployed`` checks them."""
+    model = PoolAndGroups()
+    shapes = {"x": {2: ("h", 8, 64), 3: ("w", 8, 64)}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DimWarning)
+        deployed = fxdeploy.lower(model, (torch.randn(1, 3, 16, 16),), dynamic_shapes=shapes)
+    assert "((3*x.shape[3]*x.shape[2]) % 12) == 0" in deployed.manifest["guards"]
+    for size in ((15, 16), (9, 8), (16, 12)):
+        x = torch.randn(1, 3, *size)
+        assert (deployed(x) - model(x)).abs().max().item() < 1e-4, size
+    with pytest.raises(fxdeploy.InputError, match=r"the artifact holds only where"):
+        deployed(torch.randn(1, 3, 15, 15))
