@@ -119,11 +119,9 @@ def capture(
                     raise  # the batch's own error says what to change
                 captured.widened_dims = widened
                 return captured
-            fixed = fixes.apply(export_shapes, fixes.suggested(exc.__cause__))
-            if fixed is None:
-                raise
-            export_shapes, changes = fixed
-            ep, mode, applied = memo.export(target, args, kwargs, export_shapes, subs, settings.capture.mode)
+            (ep, mode, applied), export_shapes, changes = fixes.exported_again(
+                exc, lambda shapes, deferred: memo.export(target, args, kwargs, shapes, subs, settings.capture.mode,
+                                                          deferred=deferred), export_shapes)
         captured = _flatten(ep, eager_outputs, template, flat_inputs, in_spec, opts, mode, applied, subs)
         if settings.verify:  # lower() checks the declared min; without its check the narrowed range stands
             _lift_minimums(captured, fixes.lifted_minimums(export_shapes, captured.dims))
@@ -240,7 +238,8 @@ def _capture_one_image(
     plan = per_image.join_plan(one, two)
     flat_one, in_spec = pytree.tree_flatten((one_args, one_kwargs))
     (ep, mode, applied), shapes, changes = fixes.exported_with_fixes(
-        lambda shapes: memo.export(model, one_args, one_kwargs, shapes, subs, *start), batch.rest
+        lambda shapes, deferred: memo.export(model, one_args, one_kwargs, shapes, subs, *start, deferred=deferred),
+        batch.rest
     )
     captured = _flatten(ep, one, None, flat_one, in_spec, opts, mode, applied, subs)
     changes += fixes.narrowed(shapes, captured.dims)

@@ -40,12 +40,14 @@ def export(
     mode: str,
     real_values: bool = False,
     batch: str | None = None,
+    deferred: bool = False,
 ) -> tuple[torch.export.ExportedProgram, str, list[str]]:
     """Export in ``mode``; ``real_values``: let the example decide size branches from the start;
     ``batch``: the inputs' one dynamic dim, whose fixing stops a non-strict trace at once
-    (``batch_watch``). Returns the program, the mode that captured it and the substitutions applied.
-    A CaptureError says how far it got (``strict``, ``real_values``), so that a retry on one image
-    starts there."""
+    (``batch_watch``); ``deferred``: keep the guards on input sizes as runtime asserts
+    (``true_guards``: each holds at every declared size). Returns the program, the mode that
+    captured it and the substitutions applied. A CaptureError says how far it got (``strict``,
+    ``real_values``), so that a retry on one image starts there."""
     functions = [s for s in subs if not s.is_method]
     if mode in ("auto", "non_strict"):
         watch = None
@@ -53,7 +55,7 @@ def export(
             with substitution.on_instances(model, subs) as applied, substitution.watch_calls(
                 functions, stop=mode == "auto"
             ) as watch:
-                ep = _decided_by_example(model, args, kwargs, shapes, False, real_values, batch)
+                ep = _decided_by_example(model, args, kwargs, shapes, False, real_values, batch, deferred)
             if not watch.hits:
                 return ep, "non_strict", applied
             logger.info("substituted function(s) %s called; capturing again in strict mode", watch.hits)
@@ -72,7 +74,7 @@ def export(
                 logger.info("non-strict capture failed (%s); trying strict mode", type(exc).__name__)
     try:
         with substitution.on_instances(model, subs) as applied, substitution.in_dynamo(functions) as fns:
-            ep = _decided_by_example(model, args, kwargs, shapes, strict=True, real_values=real_values)
+            ep = _decided_by_example(model, args, kwargs, shapes, True, real_values, None, deferred)
     except (emptied.OtherSide, decisions.ValueDecided):
         raise
     except Exception as exc:  # noqa: BLE001
@@ -84,7 +86,7 @@ def export(
 
 def _decided_by_example(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any, strict: bool,
-    real_values: bool = False, batch: str | None = None,
+    real_values: bool = False, batch: str | None = None, deferred: bool = False,
 ) -> torch.export.ExportedProgram:
     """torch.export; where Python branches on a data-dependent size (Ultralytics'
     ``if not x.shape[0]: continue`` after a score filter, torchvision's ``if box_sum > 0`` over
@@ -99,7 +101,9 @@ def _decided_by_example(
     if not real_values:
         with module_state(model), _quiet(), stacks(), watch:
             try:
-                return _autocast_inlined(torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict))
+                return _asserts_as_guards(_autocast_inlined(torch.export.export(
+                    model, args, kwargs, dynamic_shapes=shapes, strict=strict,
+                    prefer_deferred_runtime_asserts_over_guards=deferred)), deferred)
             except Exception as exc:  # noqa: BLE001 - only a data-dependent branch is retried
                 text = f"{type(exc).__name__} {exc}"
                 if "GuardOnDataDependentSymNode" not in text and "Could not guard on data-dependent" not in text:
@@ -110,7 +114,8 @@ def _decided_by_example(
             stopping_when_fixed(None if strict else batch), offsets_unguarded(), \
             torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True), decisions.recorded() as decided:
         try:
-            ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict)
+            ep = torch.export.export(model, args, kwargs, dynamic_shapes=shapes, strict=strict,
+                                     prefer_deferred_runtime_asserts_over_guards=deferred)
         except Exception as second:  # noqa: BLE001
             if "Constraints violated" in str(second) or first is None:
                 second.real_values = True  # type: ignore[attr-defined]
@@ -134,7 +139,30 @@ def _decided_by_example(
         mode.propagate_real_tensors = False
     with module_state(model):
         emptied.check(ep, model, args, kwargs)
-    return _autocast_inlined(ep)
+    return _asserts_as_guards(_autocast_inlined(ep), deferred)
+
+
+def _asserts_as_guards(ep: torch.export.ExportedProgram, deferred: bool) -> torch.export.ExportedProgram:
+    """``ep`` with, where it was ``deferred``, the runtime asserts on its input sizes added to its
+    guards. With ``prefer_deferred_runtime_asserts_over_guards``, every guard on the input sizes is
+    an assert, not only the ones ``true_guards`` proved (``x.view(-1, 4)``'s ``h*w % 4 == 0``, a
+    branch the example decided): the cleanup drops asserts, so as guards they stay, checked by
+    ``Deployed`` as torch.export's own (torch's ``_convert_guards_to_code``, for the asserts)."""
+    if not deferred:
+        return ep
+    from torch.export.exported_program import _get_shape_env
+    from torch.fx.experimental.symbolic_shapes import ShapeGuardPythonPrinter
+
+    env = _get_shape_env(ep.graph_module)
+    if env is None:
+        return ep
+    inputs = {symbol for symbol, sources in env.var_to_sources.items()
+              if all(not isinstance(source, torch._dynamo.source.ConstantSource) for source in sources)}
+    printer = ShapeGuardPythonPrinter(env.var_to_sources, lambda s: s.name, env.var_to_sources)
+    asserts = [printer.doprint(ra.expr) for ras in env.deferred_runtime_asserts.values() for ra in ras
+               if ra.expr.free_symbols and ra.expr.free_symbols <= inputs]
+    ep._guards_code = [*ep._guards_code, *(g for g in asserts if "L['self']" not in g and g not in ep._guards_code)]
+    return ep
 
 
 def _autocast_inlined(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 
 import torch
 
+from fxdeploy.artifact import true_guards
 from fxdeploy.artifact.dims import INT_MAX, finite_or
+from fxdeploy.artifact.true_guards import declared as _dims
 from fxdeploy.errors import CaptureError, user_stacklevel
 
 T = TypeVar("T")
@@ -68,17 +70,28 @@ def apply(export_shapes: Any, fixes: dict[str, str]) -> tuple[Any, list[str]] | 
     return _replace(export_shapes, built), lines
 
 
-def exported_with_fixes(export: Callable[[Any], T], shapes: Any) -> tuple[T, Any, list[str]]:
-    """``export(shapes)``; where it raises a CaptureError whose cause carries torch.export's
-    suggested fixes, ``export`` of the fixed shapes. Returns the result, the shapes it used and
-    the lines that describe the fixes (none where it needed none)."""
+def exported_with_fixes(export: Callable[[Any, bool], T], shapes: Any) -> tuple[T, Any, list[str]]:
+    """``export(shapes, False)``; where it raises a CaptureError, ``exported_again``. Returns the
+    result, the shapes it used and the lines that describe the fixes (none where it needed none)."""
     try:
-        return export(shapes), shapes, []
+        return export(shapes, False), shapes, []
     except CaptureError as exc:
-        fixed = apply(shapes, suggested(exc.__cause__)) if shapes is not None else None
-        if fixed is None:
-            raise
-        return export(fixed[0]), fixed[0], fixed[1]
+        return exported_again(exc, export, shapes)
+
+
+def exported_again(exc: CaptureError, export: Callable[[Any, bool], T], shapes: Any) -> tuple[T, Any, list[str]]:
+    """After ``exc``: where every guard torch.export could not prove holds at every declared size
+    (``true_guards``), ``export(shapes, True)``, the guards kept as runtime asserts and no dim
+    changed; else, where ``exc``'s cause carries suggested fixes, ``export`` of the fixed shapes;
+    else ``exc`` raised again."""
+    if shapes is None:
+        raise exc
+    if true_guards.all_hold(exc.__cause__, shapes):
+        return export(shapes, True), shapes, []
+    fixed = apply(shapes, suggested(exc.__cause__))
+    if fixed is None:
+        raise exc
+    return export(fixed[0], False), fixed[0], fixed[1]
 
 
 def fixed_at_example(export_shapes: Any, inputs: list[torch.Tensor], why: str) -> tuple[Any, list[str]] | None:
@@ -178,18 +191,6 @@ def _describe(name: str, declared: Any, value: Any, expr: str) -> str:
 def _range(dim: Any) -> str:
     low, high = getattr(dim, "min", 0), finite_or(getattr(dim, "max", INT_MAX), INT_MAX)
     return f"[{low}, {high if high < INT_MAX else 'inf'}]"
-
-
-def _dims(shapes: Any) -> list[Any]:
-    if isinstance(shapes, Mapping):
-        return [d for v in shapes.values() for d in _dims(v)]
-    if isinstance(shapes, (list, tuple)):
-        return [d for v in shapes for d in _dims(v)]
-    if hasattr(shapes, "root"):  # a derived dim (20*_samples): its root is the declared dim
-        return [shapes.root]
-    if shapes is not None and hasattr(shapes, "__name__"):
-        return [shapes]
-    return []
 
 
 def _replace(shapes: Any, built: dict[str, Any]) -> Any:

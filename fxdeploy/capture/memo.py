@@ -75,9 +75,10 @@ STATS = Stats()
 def export(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], shapes: Any,
     subs: list[substitution.Substitution], mode: str, real_values: bool = False, batch: str | None = None,
+    deferred: bool = False,
 ) -> Result:
     """``exporting.export`` of these arguments, or the program an earlier call with the same ones got."""
-    key = _key(model, args, kwargs, shapes, subs, (mode, real_values, batch))
+    key = _key(model, args, kwargs, shapes, subs, (mode, real_values, batch, deferred))
     entry = _lookup(key, model) if key is not None else None
     if entry is not None:
         STATS.hits += 1
@@ -91,7 +92,7 @@ def export(
     STATS.misses += 1
     with _recording() as records:
         try:
-            result = exporting.export(model, args, kwargs, shapes, subs, mode, real_values, batch)
+            result = exporting.export(model, args, kwargs, shapes, subs, mode, real_values, batch, deferred)
         except CaptureError as exc:
             _store(key, model, None, exc, records)
             raise

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from fxdeploy.artifact import true_guards
 from fxdeploy.errors import LoweringError
 from fxdeploy.passes.graph_utils import call_site
 from fxdeploy.settings import Settings
@@ -60,7 +61,7 @@ def export_onnx(
         with _quiet_exporter():
             if program is None:
                 with _without_custom_meta(gm):
-                    program = torch.export.export(gm, args, dynamic_shapes=tuple(dynamic_shapes), strict=False)
+                    program = _exported(gm, args, tuple(dynamic_shapes))
             with dim_bounds(_upper_bounds(program)):
                 onnx_program = _export(program, args, input_names, output_names, flavour, opset)
             if settings.onnx.optimize and settings.precision not in UNOPTIMIZED_PRECISIONS:
@@ -71,6 +72,19 @@ def export_onnx(
     model.ir_version = min(model.ir_version, settings.onnx.ir_version)
     _number_tie_free(model)
     return onnx_program
+
+
+def _exported(gm: torch.fx.GraphModule, args: tuple[Any, ...], shapes: tuple[Any, ...]) -> torch.export.ExportedProgram:
+    """torch.export of the passed graph; where it reports only guards that hold at every declared
+    size (``true_guards``, as capture found: a ceil-mode pool's), once more with them kept as
+    runtime asserts, true at every size."""
+    try:
+        return torch.export.export(gm, args, dynamic_shapes=shapes, strict=False)
+    except Exception as exc:
+        if not true_guards.all_hold(exc, shapes):
+            raise
+    return torch.export.export(gm, args, dynamic_shapes=shapes, strict=False,
+                               prefer_deferred_runtime_asserts_over_guards=True)
 
 
 def _number_tie_free(model: Any) -> None:

@@ -13,6 +13,7 @@ imported fxdeploy.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import torch
@@ -101,8 +102,23 @@ def trace_graph(
     except Exception as exc:
         raise LoweringError(
             f"{target} lowering: torch.jit.trace of the passed graph failed on inputs "
-            f"{[tuple(x.shape) for x in example_inputs]}: {type(exc).__name__}: {str(exc)[:400]}"
+            f"{[tuple(x.shape) for x in example_inputs]}: {_trace_failure(exc)}"
         ) from exc
+
+
+_UNTYPED = re.compile(r"INTERNAL ASSERT FAILED.*?We don't have an op for (\S+)", re.DOTALL)
+
+
+def _trace_failure(exc: Exception) -> str:
+    """What broke the trace; torch's internal assert on an op its tracer records without a schema
+    (``aten::zeros_like`` of a functional ``zero``: ``passes/ncnn/functional_fills``) said plainly."""
+    untyped = _UNTYPED.search(str(exc))
+    if untyped is None:
+        return f"{type(exc).__name__}: {str(exc)[:400]}"
+    return (f"torch.jit.trace records an op of this graph as {untyped.group(1)} with arguments it has no schema "
+            "for (a torch limitation, not the model's): an in-place write through a view whose functional form "
+            "the tracer cannot record. onnxruntime, openvino and torchscript lower it "
+            "(fxdeploy.lower(..., target='onnxruntime')), or write it out of place (torch.where, torch.cat)")
 
 
 def _refuse_custom_ops(gm: torch.fx.GraphModule, target: str) -> None:

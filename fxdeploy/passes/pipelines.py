@@ -5,6 +5,7 @@ from __future__ import annotations
 from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.antialiased_resizes import antialiased_resizes
 from fxdeploy.passes.base import Pass
+from fxdeploy.passes.ceil_pool_counts import ceil_pool_counts
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
 from fxdeploy.passes.distinct_outputs import distinct_outputs
@@ -20,6 +21,7 @@ from fxdeploy.passes.ncnn.einsum_products import einsum_products
 from fxdeploy.passes.ncnn.empty_cat_inputs import empty_cat_inputs
 from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
 from fxdeploy.passes.ncnn.fold_constants import fold_constants
+from fxdeploy.passes.ncnn.functional_fills import functional_fills
 from fxdeploy.passes.ncnn.functional_spellings import functional_spellings
 from fxdeploy.passes.ncnn.identity_indexing import identity_indexing
 from fxdeploy.passes.ncnn.input_attention_masks import input_attention_masks
@@ -107,9 +109,11 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # half_comparison_scalars (whose casts to half it rounds too) and the passes that make comparisons.
 # Its CPU plugin saturates uint8 and int8 arithmetic, which torch wraps: wrapping_bytes computes it in
 # int32 and wraps it (it changes no outputs, so anywhere after cleanup).
+# ceil_pool_counts on OpenVINO and ncnn: both count a ceil-mode window's part past the padding in its
+# divisor; after pool_divisors (a divisor override is its), before whole_input_pool (a plain pool).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
+    *CLEANUP, dense_encoder_layers, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
+    pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
     half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
     half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
@@ -137,12 +141,15 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # is a pad, where scatters_as_slices would cat constant slices of the buffer.
 # empty_cat_inputs first: pnnx hangs on a cat with an empty input (a cat of nothing else is left alone).
 # functional_spellings next: the passes after it match reshapes and clamps by their public ops;
-# einsum_products and integer_powers beside it (spellings too).
+# einsum_products and integer_powers beside it (spellings too). functional_fills beside them (torch.jit.trace
+# asserts on a functional zero or fill); before padded_copies and fold_constants, which read the factory ops.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, empty_cat_inputs, functional_spellings, einsum_products, integer_powers,
-    pool_divisors, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies, scatters_as_slices,
-    identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks, float_attention_mask,
-    comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices, host_postprocess_split,
+    *CLEANUP, dense_encoder_layers, empty_cat_inputs, functional_spellings, functional_fills, einsum_products,
+    integer_powers,
+    pool_divisors, ceil_pool_counts, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies,
+    scatters_as_slices, identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks,
+    float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices,
+    host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

@@ -337,6 +337,19 @@ POOL_DIVISORS = Program(
 )
 """Average pools with a divisor override, one whose ceil-mode window hangs past the input (``pool_divisors``)."""
 
+CEIL_POOL_COUNTS = Program(
+    body=("return (F.avg_pool2d(x0, 2, ceil_mode=True), F.avg_pool2d(x0, 3, 2, 1, ceil_mode=True),",
+          "        F.avg_pool2d(x0, (3, 2), (2, 2), (1, 0), ceil_mode=True))"),
+    inputs=(Input("x0", (2, 3, 7, 9), dynamic=True),),
+)
+"""Ceil-mode average pools counting the padding whose last windows hang past it (``ceil_pool_counts``)."""
+
+FUNCTIONAL_FILLS = Program(
+    body=("v0 = x0 * 1", "v0[:, 1:3].zero_()", "v0[:, 4].fill_(-0.0)", "return (1 / v0,)"),
+    inputs=(Input("x0", (3, 6), dynamic=True),),
+)
+"""Writes of one value through views, functionalized into a zero and a fill (``functional_fills``)."""
+
 SELECTED_REDUCTIONS = Program(
     body=(
         "p = x0.sigmoid()",
@@ -410,6 +423,8 @@ REGRESSIONS: dict[str, tuple[Program, set[str]]] = {
     "distances": (DISTANCES, {"pairwise_distances"}),
     "bytes": (BYTES, {"wrapping_bytes"}),
     "pool_divisors": (POOL_DIVISORS, {"pool_divisors"}),
+    "ceil_pool_counts": (CEIL_POOL_COUNTS, {"ceil_pool_counts"}),
+    "functional_fills": (FUNCTIONAL_FILLS, {"functional_fills"}),
     "selected_reductions": (SELECTED_REDUCTIONS, {"pad_compactions"}),
     "fixed_buffer": (FIXED_BUFFER, {"pad_compactions"}),
     "flipped_boxes": (FLIPPED_BOXES, {"pad_compactions"}),
