@@ -9,14 +9,15 @@ does not (``if len(kept) == 0: out.append(default_row)``), and the artifact woul
 from eager on every such image.
 
 So each selection is cut on the example: to its first n rows for the fewest n (none, one, ...)
-at which a recorded side breaks (``if kept.shape[0] == 1``), and, for
-a mask, with every row passing (``if n > max_det: kept = kept[:max_det]``, which an example with
-few rows did not take). Cut in the captured graph, the recorded asserts say whether a side breaks;
-where one does, the model runs eagerly with the same op at the same source line (the node's stack
-trace) cut the same way, and Python takes the other side. Where the two disagree, the capture is
-refused naming the line. A selection that the example left empty, where a branch depended on it,
-is refused too: the graph holds only the empty side. What cannot be checked (the graph cannot run
-so cut, the model raises, or the op runs elsewhere in eager) is logged and left as it was.
+at which a recorded side breaks (``if kept.shape[0] == 1``) and at the edges where one breaks next
+to sizes where all hold (``if n > 20: kept = kept[:5]``: 20), and, for a mask, with every row
+passing (``if n > max_det: kept = kept[:max_det]``, which an example with few rows did not take).
+Cut in the captured graph, the recorded asserts say whether a side breaks; where one does, the
+model runs eagerly with the same op at the same source line (the node's stack trace) cut the same
+way, and Python takes the other side. Where the two disagree, the capture is refused naming the
+line. A selection that the example left empty, where a branch depended on it, is refused too: the
+graph holds only the empty side. What cannot be checked (the graph cannot run so cut, the model
+raises, or the op runs elsewhere in eager) is logged and left as it was.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fxdeploy.capture.frames import Frame, caller_of_package, source, text_frames
+from fxdeploy.capture.frames import Frame, described, text_frames
 from fxdeploy.errors import CaptureError, first_line
 from fxdeploy.passes.remove_asserts import ASSERT_OPS
 
@@ -82,7 +83,6 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
 
 
 _FEW_ROWS = 64  # cut to the first n rows only where the example kept n or more: more are cut as "every row"
-_FEW_ROWS_CUT = 2  # the fewest-rows cuts are 0 to 2; an edge is looked for above them
 _EDGES = 3  # edges checked per selection, each one more eager run of the model
 _KEEPS = {0: "keeps none", 1: "keeps one row"}
 _SOME_SIZES = (0, 1, 2, 3, 1000)  # an assert true at 0 and false at the others holds only where none is kept
@@ -268,11 +268,9 @@ def _breaks(exprs: list[sympy.Basic], symbol: sympy.Symbol, n: int) -> bool:
 
 
 def _edges(exprs: list[sympy.Basic], symbol: sympy.Symbol) -> list[int]:
-    """The sizes at which a recorded side breaks next to one at which every side holds: where the
-    example decided ``if len(keep) > 20: keep = keep[:5]``, 20 (at 0 to 2 rows both sides agree).
-    Read off the integers the expressions hold (a branch compares the size with a number)."""
-    numbers = {int(a) for e in exprs for a in e.atoms(sympy.Integer)}
-    near = sorted({n for c in numbers for n in (c - 1, c, c + 1) if n > _FEW_ROWS_CUT})
+    """Sizes above 2 next to a number the asserts hold, where one breaks and a neighbour's all hold
+    (``if len(keep) > 20: keep = keep[:5]``: 20, where at 0 to 2 rows both sides agree)."""
+    near = sorted({n for e in exprs for c in e.atoms(sympy.Integer) for n in (int(c) - 1, int(c), int(c) + 1) if n > 2})
     return [n for n in near if _breaks(exprs, symbol, n)
             and not (_breaks(exprs, symbol, n - 1) and _breaks(exprs, symbol, n + 1))][:_EDGES]
 
@@ -295,12 +293,7 @@ def _site(node: torch.fx.Node) -> Frame | None:
 
 
 def _where(node: torch.fx.Node) -> str:
-    frames = text_frames(node.meta.get("stack_trace") or "")
-    if not frames:
-        return "an unknown line"
-    caller = caller_of_package(frames)
-    called = "" if caller is None else f", called from {caller.file}:{caller.line} (`{source(caller)}`)"
-    return f"{frames[-1].file}:{frames[-1].line} (`{source(frames[-1])}`){called}"
+    return described(text_frames(node.meta.get("stack_trace") or ""))
 
 
 def _recorded(exprs: list[sympy.Basic]) -> str:

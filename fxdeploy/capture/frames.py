@@ -112,5 +112,15 @@ def caller_of_package(frames: list[Frame]) -> Frame | None:
     return next((f for f, other in zip(reversed(frames), reversed(theirs), strict=True) if not other), None)
 
 
+def described(frames: list[Frame]) -> str:
+    """The innermost frame as ``file:line (`code`)``, with the user's line that called it where it
+    is a package's or fxdeploy's."""
+    if not frames:
+        return "an unknown line"
+    caller = caller_of_package(frames)
+    called = "" if caller is None else f", called from {caller.file}:{caller.line} (`{source(caller)}`)"
+    return f"{frames[-1].file}:{frames[-1].line} (`{source(frames[-1])}`){called}"
+
+
 def source(frame: Frame) -> str:
     return linecache.getline(frame.file, frame.line).strip()
