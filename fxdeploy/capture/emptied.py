@@ -64,7 +64,8 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
                 raise OtherSide(_KEPT_NONE.format(where=_where(site), recorded=_recorded(kept_none)))
             exprs = [e for e in exprs if not _pins(e)]  # a count read as a number: the padding passes' to judge
             breaking = [n for n in range(_FEW_ROWS + 1) if any(_at(e, symbol, n) is not sympy.true for e in exprs)]
-            cuts = [(_KEEPS.get(n, f"keeps {n} rows"), functools.partial(_first_rows, places=places, count=n))
+            rows = None if node.target in _EAGERLY else places  # dim 0 of each: the eager op's too
+            cuts = [(_KEEPS.get(n, f"keeps {n} rows"), functools.partial(_first_rows, places=rows, count=n))
                     for n in breaking[:3]]  # the fewest rows at which a recorded side breaks
             if _every_row_applies(node):
                 cuts.append(("keeps every row it could", _every_row))
@@ -112,8 +113,10 @@ def _compare(
         return None
     if not running.broken:
         return None  # every side the example decided still holds
-    occurrence = sum(1 for n in nodes[: nodes.index(node)] if n.target == node.target and _site(n) == site)
-    cutting = _CuttingEagerly(node.target, site, occurrence, cut)
+    target = _EAGERLY.get(node.target, node.target)
+    occurrence = sum(1 for n in nodes[: nodes.index(node)] if _EAGERLY.get(n.target, n.target) == target
+                     and _site(n) == site)
+    cutting = _CuttingEagerly(target, site, occurrence, cut)
     try:
         with cutting:
             eager = _seeded(model, *args, **kwargs)
@@ -159,14 +162,19 @@ Cut = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 """Runs a selection's op (target, args, kwargs) so that it keeps no rows, or every row it could."""
 
 
-def _first_rows(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], places: list[tuple[int, int]],
+def _first_rows(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], places: list[tuple[int, int]] | None,
                 count: int) -> Any:
+    """The op's result cut to its first ``count`` along each (leaf, dim) of ``places``; None: dim 0 of every leaf."""
     leaves, spec = pytree.tree_flatten(func(*args, **kwargs))
+    places = [(i, 0) for i in range(len(leaves))] if places is None else places
     for leaf, dim in places:
         leaves[leaf] = leaves[leaf].narrow(dim, 0, min(count, leaves[leaf].shape[dim])).clone()
     return pytree.tree_unflatten(leaves, spec)
 
 
+_EAGERLY = {aten.where.default: aten.nonzero.default}
+"""Graph ops that eager dispatches as another: ``torch.where(mask)`` runs ``nonzero`` and unbinds its
+columns, so the first n rows of the one give the first n entries of each of the other's results."""
 _MASK_DTYPES = (torch.bool, torch.uint8)
 _MASKED = {aten.index.Tensor: 1, aten.masked_select.default: 1, aten.nonzero.default: 0, aten.argwhere.default: 0}
 """The ops whose selection every row can pass: the argument that holds the mask (for ``index``, its
