@@ -90,3 +90,17 @@ def test_a_branch_on_the_rows_a_where_kept_is_checked_where_it_keeps_none() -> N
         fxdeploy.lower(MultiLabelNMS("where", default_row=True), (x,), target="onnxruntime",
                        dynamic_shapes={"prediction": {0: ("batch", 1, 4)}})
 
+
+def test_a_head_of_the_rows_taken_where_the_example_has_more_matches_eager_where_it_has_fewer() -> None:
+    """``if n > max_nms: x = x[x[:, 4].argsort(descending=True)[:max_nms]]`` with the example over
+    max_nms: torch recorded ``u1 > 100`` and wrote the head's size as 100, for every count. The padding
+    refused it ("combines the rows selected"); the head is counted now (``row_wise._restore_fixed``),
+    and an image with fewer rows than max_nms (the side the example did not take) matches eager."""
+    model = MultiLabelNMS("where", max_nms=100)
+    x = _predictions(3, 1)
+    deployed = fxdeploy.lower(model, (x[:2],), target="onnxruntime")
+    y = torch.cat((x[:1], x[2:]))  # the second image keeps none
+    y[1, :5, 4:] = torch.tensor([0.9, 0.3, 0.1, 0.1, 0.1])  # ... but for ten (row, class) pairs: fewer than 100
+    want = model(y)
+    assert len(want[0]) > 30 and 0 < len(want[1]) <= 10, [len(w) for w in want]
+    assert_same_detections(_dicts(want), _dicts(deployed(y)))
