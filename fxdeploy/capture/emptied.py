@@ -172,7 +172,8 @@ def _first_rows(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], places
     return pytree.tree_unflatten(leaves, spec)
 
 
-_EAGERLY = {aten.where.default: aten.nonzero.default}
+_EAGERLY = {aten.where.default: aten.nonzero.default, aten.nonzero_numpy.default: aten.nonzero.default,
+            aten.argwhere.default: aten.nonzero.default}
 """Graph ops that eager dispatches as another: ``torch.where(mask)`` runs ``nonzero`` and unbinds its
 columns, so the first n rows of the one give the first n entries of each of the other's results."""
 _MASK_DTYPES = (torch.bool, torch.uint8)

@@ -23,8 +23,8 @@ CONF = 0.25
 
 class MultiLabelNMS(torch.nn.Module):
     """Per image: rows whose best class passes, skipped where none does, then one row per class
-    that passes (``spelling``: ``where`` or ``nonzero``), the best ``max_nms`` of them where there are
-    more, class-offset NMS, at most 300."""
+    that passes (``spelling``: ``where``, ``nonzero``, ``as_tuple`` or ``argwhere``), the best
+    ``max_nms`` of them where there are more, class-offset NMS, at most 300."""
 
     def __init__(self, spelling: str = "where", default_row: bool = False, max_nms: int = 30000) -> None:
         super().__init__()
@@ -41,6 +41,10 @@ class MultiLabelNMS(torch.nn.Module):
             box, cls = x.split((4, x.shape[1] - 4), 1)
             if self.spelling == "where":
                 i, j = torch.where(cls > CONF)
+            elif self.spelling == "as_tuple":
+                i, j = (cls > CONF).nonzero(as_tuple=True)
+            elif self.spelling == "argwhere":
+                i, j = torch.argwhere(cls > CONF).unbind(1)
             else:
                 i, j = (cls > CONF).nonzero(as_tuple=False).T
             x = torch.cat((box[i], x[i, 4 + j, None], j[:, None].float()), 1)
@@ -69,6 +73,7 @@ def _dicts(results: list[torch.Tensor]) -> list[dict[str, torch.Tensor]]:
 
 
 @pytest.mark.parametrize(("spelling", "target"), [("where", "onnxruntime"), ("nonzero", "onnxruntime"),
+                                                  ("as_tuple", "onnxruntime"), ("argwhere", "onnxruntime"),
                                                   ("where", "openvino")])
 def test_a_multi_label_selection_after_a_branch_on_the_kept_rows_matches_eager(spelling: str, target: str) -> None:
     require_target(target)

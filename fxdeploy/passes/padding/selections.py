@@ -41,7 +41,7 @@ def _replace_index(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> No
 
 
 def _check_nonzero(node: Node, rows: PaddedRows) -> str | None:
-    return None if is_op(node, "aten.nonzero.default") else "not aten.nonzero"
+    return None if is_op(node, "aten.nonzero.default", "aten.argwhere.default") else "not aten.nonzero"
 
 
 def _replace_nonzero(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
@@ -54,6 +54,8 @@ def _replace_nonzero(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> 
 
 
 def _check_where(node: Node, rows: PaddedRows) -> str | None:
+    if is_op(node, "aten.nonzero_numpy.default"):  # nonzero(as_tuple=True): where(cond)'s columns
+        return None
     if not is_op(node, "aten.where.default"):
         return "not aten.where(cond)"
     return None if len(node.args) == 1 else "where(cond, a, b) is elementwise"
