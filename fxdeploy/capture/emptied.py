@@ -24,18 +24,25 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import sympy
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from fxdeploy.capture.cuts import (
+    EAGERLY,
+    Cut,
+    Cutting,
+    CuttingEagerly,
+    assert_expr,
+    every_row,
+    every_row_applies,
+    first_rows,
+)
 from fxdeploy.capture.frames import Frame, described, text_frames
 from fxdeploy.errors import CaptureError, first_line
-from fxdeploy.passes.remove_asserts import ASSERT_OPS
 
 logger = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -50,7 +57,7 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
     branch the example decided and eager's other side differs from what the graph computes there;
     see the module's docstring."""
     nodes = list(ep.graph.nodes)
-    asserts = [_expr(n) for n in nodes if n.target is aten._assert_scalar.default]
+    asserts = [assert_expr(n) for n in nodes if n.target is aten._assert_scalar.default]
     module: torch.fx.GraphModule | None = None  # the program runnable, made once where a branch needs it
     for node in nodes:
         for symbol in (node.meta.get("unbacked_bindings") or {}):
@@ -66,10 +73,11 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
             exprs = [e for e in exprs if not _pins(e)]  # a count read as a number: the padding passes' to judge
             breaking = [n for n in range(_FEW_ROWS + 1) if _breaks(exprs, symbol, n)]
             sizes = dict.fromkeys([*breaking[:3], *_edges(exprs, symbol)])  # the fewest rows, then each edge
-            cuts = [(_KEEPS.get(n, f"keeps {n} rows"), functools.partial(_first_rows, places=places, count=n))
+            rows = None if node.target in EAGERLY else places  # dim 0 of each: the eager op's too
+            cuts = [(_KEEPS.get(n, f"keeps {n} rows"), functools.partial(first_rows, places=rows, count=n))
                     for n in sizes]
-            if _every_row_applies(node):
-                cuts.append(("keeps every row it could", _every_row))
+            if every_row_applies(node):
+                cuts.append(("keeps every row it could", every_row))
             if cuts and site is None:
                 logger.info("a branch on the size of %s is not checked: no source line", node)
                 continue
@@ -107,7 +115,7 @@ def _compare(
     result differs from the graph's; None where no side breaks, they agree or eager cannot show it."""
     args, kwargs = inputs
     flat = pytree.tree_leaves((args, kwargs))
-    running = _Cutting(module, node.name, cut)
+    running = Cutting(module, node.name, cut)
     try:
         graph = _seeded(running.run, *flat)
     except Exception as exc:  # noqa: BLE001 - the graph cannot run so cut: eager decides alone
@@ -115,8 +123,10 @@ def _compare(
         return None
     if not running.broken:
         return None  # every side the example decided still holds
-    occurrence = sum(1 for n in nodes[: nodes.index(node)] if n.target == node.target and _site(n) == site)
-    cutting = _CuttingEagerly(node.target, site, occurrence, cut)
+    target = EAGERLY.get(node.target, node.target)
+    occurrence = sum(1 for n in nodes[: nodes.index(node)] if EAGERLY.get(n.target, n.target) == target
+                     and _site(n) == site)
+    cutting = CuttingEagerly(target, site, occurrence, cut)
     try:
         with cutting:
             eager = _seeded(model, *args, **kwargs)
@@ -158,95 +168,6 @@ def _difference(eager: list[Any], graph: list[Any]) -> str:
     return ""
 
 
-Cut = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
-"""Runs a selection's op (target, args, kwargs) so that it keeps no rows, or every row it could."""
-
-
-def _first_rows(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], places: list[tuple[int, int]],
-                count: int) -> Any:
-    leaves, spec = pytree.tree_flatten(func(*args, **kwargs))
-    for leaf, dim in places:
-        leaves[leaf] = leaves[leaf].narrow(dim, 0, min(count, leaves[leaf].shape[dim])).clone()
-    return pytree.tree_unflatten(leaves, spec)
-
-
-_MASK_DTYPES = (torch.bool, torch.uint8)
-_MASKED = {aten.index.Tensor: 1, aten.masked_select.default: 1, aten.nonzero.default: 0, aten.argwhere.default: 0}
-"""The ops whose selection every row can pass: the argument that holds the mask (for ``index``, its
-boolean indices; for ``nonzero``, the tensor itself)."""
-
-
-def _every_row_applies(node: torch.fx.Node) -> bool:
-    if node.target not in _MASKED:
-        return False
-    held = node.args[_MASKED[node.target]]
-    masks = held if isinstance(held, (list, tuple)) else [held]
-    return node.target is not aten.index.Tensor or any(
-        isinstance(m, torch.fx.Node) and getattr(m.meta.get("val"), "dtype", None) in _MASK_DTYPES
-        for m in masks
-    )
-
-
-def _every_row(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    def passing(mask: Any) -> Any:
-        if not isinstance(mask, torch.Tensor) or (func is aten.index.Tensor and mask.dtype not in _MASK_DTYPES):
-            return mask
-        return torch.ones_like(mask)
-
-    args = list(args)
-    held = args[_MASKED[func]]
-    args[_MASKED[func]] = [passing(m) for m in held] if isinstance(held, (list, tuple)) else passing(held)
-    return func(*args, **kwargs)
-
-
-class _Cutting(torch.fx.Interpreter):
-    """Runs the graph with one node's selection cut, recording the asserts that break."""
-
-    def __init__(self, gm: torch.fx.GraphModule, name: str, cut: Cut) -> None:
-        super().__init__(gm)
-        self.name, self.cut = name, cut
-        self.broken: list[sympy.Basic] = []
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        if n.op == "call_function" and n.target in ASSERT_OPS:
-            args, _ = self.fetch_args_kwargs_from_env(n)
-            if n.target is aten._assert_scalar.default and not args[0]:
-                self.broken.append(_expr(n))
-            return None
-        if n.name != self.name:
-            return super().run_node(n)
-        args, kwargs = self.fetch_args_kwargs_from_env(n)
-        return self.cut(n.target, args, kwargs)
-
-
-class _CuttingEagerly(TorchDispatchMode):
-    """Cuts the selection of the ``occurrence``-th call of ``target`` made from the line ``site``."""
-
-    def __init__(self, target: Any, site: Frame, occurrence: int, cut: Cut) -> None:
-        super().__init__()
-        self.target, self.site, self.occurrence, self.cut = target, site, occurrence, cut
-        self.seen, self.done = 0, False
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func != self.target or self.done or not _called_from(self.site):
-            return func(*args, **(kwargs or {}))
-        self.seen += 1
-        if self.seen <= self.occurrence:
-            return func(*args, **(kwargs or {}))
-        self.done = True
-        return self.cut(func, args, kwargs or {})
-
-
-def _called_from(site: Frame) -> bool:
-    frame = sys._getframe(2)
-    while frame is not None:
-        code = frame.f_code
-        if frame.f_lineno == site.line and code.co_name == site.func and code.co_filename == site.file:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _places(value: Any, symbol: sympy.Symbol) -> list[tuple[int, int]]:
     """(leaf, dim) of every size of ``value`` that is exactly ``symbol``."""
     places = []
@@ -255,12 +176,6 @@ def _places(value: Any, symbol: sympy.Symbol) -> list[tuple[int, int]]:
             places += [(i, d) for d, size in enumerate(leaf.shape)
                        if isinstance(size, torch.SymInt) and size.node.expr == symbol]
     return places
-
-
-def _expr(node: torch.fx.Node) -> sympy.Basic | None:
-    condition = node.args[0] if node.args else None
-    value = condition.meta.get("val") if isinstance(condition, torch.fx.Node) else None
-    return value.node.expr if isinstance(value, torch.SymBool) else None
 
 
 def _breaks(exprs: list[sympy.Basic], symbol: sympy.Symbol, n: int) -> bool:

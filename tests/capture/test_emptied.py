@@ -229,3 +229,26 @@ def test_a_tensor_against_a_number_is_a_difference_not_a_crash() -> None:
 
     assert _difference([torch.zeros(2)], [3]) == "returns tensor([0., 0.]) as output #0, not the graph's 3"
     assert _difference([3], [3]) == "" and _difference([torch.ones(2)], [torch.ones(2)]) == ""
+
+
+class SkipsByLen(torch.nn.Module):
+    """``if not len(kept): continue``: ``len()`` must return an int, which fixes the count (``shape[0]`` does not)."""
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        out = [torch.zeros(0, 4)] * x.shape[0]
+        for i, image in enumerate(x):
+            kept = image[image[:, 0] > 0.5]
+            if not len(kept):
+                continue
+            out[i] = kept * 2
+        return out
+
+
+def test_a_branch_on_len_of_a_selection_is_refused_saying_to_write_shape_0() -> None:
+    """Before, the refusal read as if the code used the count as a number, naming no branch."""
+    x = torch.stack([_example(), _example()])
+    refusal = r'test_emptied.py", line \d+.*fixed the number of rows selected here at 3'
+    with pytest.raises(PassError, match=refusal) as e:
+        fxdeploy.lower(SkipsByLen(), (x,), target="onnxruntime")
+    assert "`if not len(x): continue` does so, where `if not x.shape[0]: continue` does not" in str(e.value)
+    assert "Write x.shape[0] where len(x) stood" in str(e.value)

@@ -66,7 +66,8 @@ def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     sized = {node: unbacked_symbols(node.meta.get("val")) for node in known}
     for node in list(gm.graph.nodes):
         if (node.op == "call_function" and any(a in rows.restored for a in node.all_input_nodes)
-                and getattr(node.target, "overloadpacket", None) not in VIEWS):
+                and getattr(node.target, "overloadpacket", None) not in VIEWS
+                and not node.meta.get("unbacked_bindings")):  # a size of its own (an NMS's) reads no input's
             fill_meta([node])  # its value was computed from a size the capture had fixed
             _refuse_fixed(node, rows, shapes)
             rows.restored.add(node)  # (a view's literal rows are row_wise's to restore, at the bound)

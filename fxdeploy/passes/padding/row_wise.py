@@ -17,6 +17,7 @@ from collections import Counter
 
 import sympy
 import torch
+from torch._guards import detect_fake_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from fxdeploy.passes.graph_utils import call_site, fill_meta, is_op, size_symbols
@@ -98,7 +99,7 @@ def _name_slice(graph: torch.fx.Graph, node: Node, rows: PaddedRows) -> None:
     if dim not in rows.dims_of(source):
         return
     if not size_symbols(node.meta["val"].shape[dim]):
-        _restore_fixed(node, rows)
+        _restore_fixed(node, dim, rows)
     size = node.meta["val"].shape[dim]
     if rows.size(size) is not None or not size_symbols(size):
         return
@@ -121,16 +122,23 @@ def _name_slice(graph: torch.fx.Graph, node: Node, rows: PaddedRows) -> None:
     rows.add(size.node.expr, width, kept, rows.site(node.args[0]))
 
 
-def _restore_fixed(node: Node, rows: PaddedRows) -> None:
+def _restore_fixed(node: Node, dim: int, rows: PaddedRows) -> None:
     """A slice of padded rows whose size the capture fixed at the example's (torch 2.11 does so for
     ``nms(...)[:45]`` read by ``len()``, where torch 2.13 fixes only the view that reads it) is
-    computed again from its padded input, so that it and what reads it follow the count."""
-    fixed = node.meta["val"]
+    computed again from its padded input, so that it and what reads it follow the count. Where that
+    gives a number again, torch read it from a branch the example took (``if n > max_nms: x =
+    x[:max_nms]`` records ``u0 > 30000``, so ``Min(30000, u0)`` is 30000); the padded rows hold any
+    count, so the slice's size is named anew (``_name_slice`` counts it: all k where the rows hold k)."""
     fill_meta([node], fresh_sizes=True)
-    if any(size_symbols(size) for size in node.meta["val"].shape):
-        rows.restored.add(node)
-    else:
-        node.meta["val"] = fixed  # the size holds for every count (a slice within the rows' minimum)
+    value = node.meta["val"]
+    if not size_symbols(value.shape[dim]):
+        mode = detect_fake_mode([value])
+        with mode, mode.shape_env.ignore_fresh_unbacked_symbols():
+            size = mode.shape_env.create_unbacked_symint()
+            torch._check(size >= 0)
+            torch._check(size <= value.shape[dim])
+            node.meta["val"] = value.new_empty([size if d == dim else s for d, s in enumerate(value.shape)])
+    rows.restored.add(node)
 
 
 def _keep_rows(node: Node, rows: PaddedRows) -> None:

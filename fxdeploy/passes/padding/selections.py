@@ -41,7 +41,7 @@ def _replace_index(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> No
 
 
 def _check_nonzero(node: Node, rows: PaddedRows) -> str | None:
-    return None if is_op(node, "aten.nonzero.default") else "not aten.nonzero"
+    return None if is_op(node, "aten.nonzero.default", "aten.argwhere.default") else "not aten.nonzero"
 
 
 def _replace_nonzero(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
@@ -54,6 +54,8 @@ def _replace_nonzero(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> 
 
 
 def _check_where(node: Node, rows: PaddedRows) -> str | None:
+    if is_op(node, "aten.nonzero_numpy.default"):  # nonzero(as_tuple=True): where(cond)'s columns
+        return None
     if not is_op(node, "aten.where.default"):
         return "not aten.where(cond)"
     return None if len(node.args) == 1 else "where(cond, a, b) is elementwise"
@@ -93,10 +95,12 @@ def select(node: Node, source: Node | None, mask: Node, rows: PaddedRows) -> tup
     symbol = selected.shape[0].node.expr if isinstance(selected.shape[0], torch.SymInt) else None
     if not isinstance(symbol, sympy.Symbol):
         raise CompactionError(
-            f"{call_site(node)}: the capture fixed the number of rows selected here at {selected.shape[0]}: Python "
-            "read it (len(x), int(x.shape[0]), a branch on it) and the example's value decided it. Use the size as a "
-            "shape (x.view(-1, ...), x.shape[0] where len(x) stood) rather than as a Python number, and write a "
-            "branch on it with tensor ops (torch.where)"
+            f"{call_site(node)}: the capture fixed the number of rows selected here at {selected.shape[0]}, the "
+            "example's count: Python read it as a number (len(x), int(x.shape[0]), range(n), a branch on n == "
+            f"{selected.shape[0]}), and one engine serves every count. `if not len(x): continue` does so, where "
+            "`if not x.shape[0]: continue` does not (fxdeploy checks that branch against eager where the selection "
+            "keeps none). Write x.shape[0] where len(x) stood, use the size as a shape (x.view(-1, ...)), or branch "
+            "with tensor ops (torch.where, torch.cond)"
         )
     sizes = _static_sizes(mask, rows)
     order, count = _partition(mask, sizes, rows)
