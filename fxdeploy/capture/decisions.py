@@ -117,14 +117,20 @@ def refuse_fixed_counts(decisions: list[Decision], ep: torch.export.ExportedProg
         site = next((d.frames[-1] for d in branches if d.frames), None)
         where = f" at {site.file}:{site.line} (`{source(site)}`)" if site else ""
         recorded = ", ".join(f"`{d.expression}`" for d in branches[:3]) + (", ..." if len(branches) > 3 else "")
-        raise CountFixed(
-            f"fxdeploy could not capture {type(model).__name__}: Python branched on how many rows a data-dependent op "
-            f"(an NMS, a mask, nonzero, unique) returned{where}, and the example's values decided it "
-            f"({len(branches)} decisions, torch recorded {recorded}) until they fixed that count at {value}. One "
-            "artifact serves every input, so it would compute the example's count for all of them. Write the loop or "
-            "branch with tensor ops: a mask of the rows to keep, torch.where on the count, keep[:k] with a fixed k; "
-            "for an NMS per class of labels.unique(), one batched_nms(boxes, scores, labels, iou_threshold)."
-        )
+        what = (f"fxdeploy could not capture {type(model).__name__}: Python read how many rows a data-dependent op "
+                f"(an NMS, a mask, nonzero, unique) returned{where}, and the example's values decided it "
+                f"({len(branches)} decision(s), torch recorded {recorded}) until they fixed that count at {value}. "
+                "One artifact serves every input, so it would compute the example's count for all of them. ")
+        read = any(d.expression == symbol for d in branches)  # the count itself made a Python int
+        raise CountFixed(what + (_READ if read else "") + _TENSOR_OPS)
+
+
+_READ = ("len(x), int(n) and a for loop over a tensor make the count a Python int, which fixes it: `if not len(x): "
+         "continue` does so, where `if not x.shape[0]: continue` does not. Write x.shape[0] where len(x) stood (a "
+         "branch on it is checked against eager where the selection keeps no rows). ")
+_TENSOR_OPS = ("Write a loop or branch on the count with tensor ops: a mask of the rows to keep, torch.where on the "
+               "count, keep[:k] with a fixed k; for an NMS per class of labels.unique(), one "
+               "batched_nms(boxes, scores, labels, iou_threshold).")
 
 
 def _shape_env(ep: torch.export.ExportedProgram) -> Any:
