@@ -109,7 +109,8 @@ def refuse_fixed_counts(decisions: list[Decision], ep: torch.export.ExportedProg
     env = _shape_env(ep)
     replaced = getattr(env, "replacements", {})
     for decision in decisions:
-        fixed = {s: replaced[s] for s in decision.expression.free_symbols if getattr(replaced.get(s), "is_Integer", 0)}
+        fixed = {s: replaced[s] for s in decision.expression.free_symbols  # a count's (unbacked), not a dim's
+                 if s.name.startswith("u") and getattr(replaced.get(s), "is_Integer", False)}
         if not fixed:
             continue
         symbol, value = next(iter(fixed.items()))
