@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from fxdeploy.passes.base import PassResult
-from fxdeploy.passes.pool_divisors import POOLS, _arguments
+from fxdeploy.passes.pool_divisors import POOLS, pool_arguments
 from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
@@ -31,7 +31,7 @@ def ceil_pool_counts(gm: torch.fx.GraphModule, settings: Settings) -> PassResult
     for node in list(gm.graph.nodes):
         if check(node) is not None:
             continue
-        x, kernel, stride, padding, _, _, _ = _arguments(node)
+        x, kernel, stride, padding, _, _, _ = pool_arguments(node)
         created = []
         with gm.graph.inserting_before(node):
             if any(padding):
@@ -52,7 +52,7 @@ def check(node: torch.fx.Node) -> str | None:
     override, whose padding in every dim is 0 or at most its kernel less its stride; else why not."""
     if node.op != "call_function" or node.target not in POOLS:
         return "not aten.avg_pool2d or aten.avg_pool3d"
-    _, kernel, stride, padding, ceil_mode, include_pad, divisor = _arguments(node)
+    _, kernel, stride, padding, ceil_mode, include_pad, divisor = pool_arguments(node)
     if not ceil_mode or not include_pad:
         return "not ceil_mode with count_include_pad: every window's count is the runtimes' own"
     if divisor is not None:

@@ -29,7 +29,7 @@ def pool_divisors(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
     for node in list(gm.graph.nodes):
         if check(node) is not None:
             continue
-        x, kernel, stride, padding, _, _, divisor = _arguments(node)
+        x, kernel, stride, padding, _, _, divisor = pool_arguments(node)
         extra = _past_padding(node)
         with gm.graph.inserting_before(node):
             if any(extra):  # zeros where the ceil-mode windows hang past the padding: each window whole
@@ -51,7 +51,7 @@ def check(node: torch.fx.Node) -> str | None:
     windows all lie inside the padded input, else why it is left alone."""
     if node.op != "call_function" or node.target not in POOLS:
         return "not aten.avg_pool2d or aten.avg_pool3d"
-    x, kernel, stride, padding, ceil_mode, _, divisor = _arguments(node)
+    x, kernel, stride, padding, ceil_mode, _, divisor = pool_arguments(node)
     if divisor is None:
         return "no divisor override"
     if not isinstance(divisor, int) or divisor == 0:
@@ -67,7 +67,7 @@ def _past_padding(node: torch.fx.Node) -> list[int] | None:
     """How far, per pooled dim, a ceil-mode pool's last window reaches past the padded input (a
     divisor override divides its sum of the elements there, as of a whole window of zeros); zeros
     without ceil_mode; None where the sizes are not static."""
-    x, kernel, stride, padding, ceil_mode, _, _ = _arguments(node)
+    x, kernel, stride, padding, ceil_mode, _, _ = pool_arguments(node)
     rank = POOLS[node.target]
     if not ceil_mode:
         return [0] * rank
@@ -81,7 +81,9 @@ def _past_padding(node: torch.fx.Node) -> list[int] | None:
                                                                                  strict=True)]
 
 
-def _arguments(node: torch.fx.Node) -> tuple[torch.fx.Node, list[int], list[int], list[int], bool, bool, int | None]:
+def pool_arguments(
+    node: torch.fx.Node,
+) -> tuple[torch.fx.Node, list[int], list[int], list[int], bool, bool, int | None]:
     """(input, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override), each
     list at the pool's rank (torch's defaults: stride the kernel, padding 0)."""
     rank = POOLS[node.target]

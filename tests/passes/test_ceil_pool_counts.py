@@ -10,15 +10,7 @@ from fxdeploy.passes import op_histogram
 from fxdeploy.passes.ceil_pool_counts import ceil_pool_counts, check
 from fxdeploy.settings import Settings
 from tests.passes.graphs import applied
-
-
-class Pool(torch.nn.Module):
-    def __init__(self, rank: int, **options: object) -> None:
-        super().__init__()
-        self.pool, self.options = (F.avg_pool2d if rank == 2 else F.avg_pool3d), options
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pool(x, **self.options)
+from tests.passes.test_pool_divisors import Pool
 
 
 def _graph(model: torch.nn.Module, x: torch.Tensor, shapes: object = None) -> torch.fx.GraphModule:
