@@ -72,7 +72,8 @@ def check(ep: torch.export.ExportedProgram, model: Any, args: tuple[Any, ...], k
                 raise OtherSide(_KEPT_NONE.format(where=_where(node), recorded=_recorded(kept_none)))
             exprs = [e for e in exprs if not _pins(e)]  # a count read as a number: the padding passes' to judge
             breaking = [n for n in range(_FEW_ROWS + 1) if _breaks(exprs, symbol, n)]
-            sizes = dict.fromkeys([*breaking[:3], *_edges(exprs, symbol)])  # the fewest rows, then each edge
+            kept = _example_count(ep, symbol)  # a cut to as many rows or more leaves the example's selection
+            sizes = [n for n in dict.fromkeys([*breaking[:3], *_edges(exprs, symbol)]) if kept is None or n < kept]
             rows = None if node.target in EAGERLY else places  # dim 0 of each: the eager op's too
             cuts = [(_KEEPS.get(n, f"keeps {n} rows"), functools.partial(first_rows, places=rows, count=n))
                     for n in sizes]
@@ -188,6 +189,12 @@ def _edges(exprs: list[sympy.Basic], symbol: sympy.Symbol) -> list[int]:
     near = sorted({n for e in exprs for c in e.atoms(sympy.Integer) for n in (int(c) - 1, int(c), int(c) + 1) if n > 2})
     return [n for n in near if _breaks(exprs, symbol, n)
             and not (_breaks(exprs, symbol, n - 1) and _breaks(exprs, symbol, n + 1))][:_EDGES]
+
+
+def _example_count(ep: torch.export.ExportedProgram, symbol: sympy.Symbol) -> int | None:
+    mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+    value = getattr(getattr(mode, "shape_env", None), "real_tensor_prop_unbacked_vals", {}).get(symbol)
+    return None if value is None else int(value)
 
 
 def _pins(expr: sympy.Basic) -> bool:
