@@ -9,6 +9,7 @@ RetinaNet, whose transform copies images into a batch, hit both). Each has an ex
     _unsafe_view(x, s)   reshape(x, s)          the same elements in the same order
     clamp_min(x, m)      clamp(x, m, None)
     clamp_max(x, m)      clamp(x, None, m)
+    numpy_T(x)           permute(x, [n-1, ..., 0])   ``x.T``, which torch.export keeps and pnnx does not know
 
 CLIP's embeddings are divided by ``torch.linalg.norm(x, dim=-1, keepdim=True)``: an ``aten.linalg_norm``
 pnnx leaves, where the vector norm it stands for is ``linalg_vector_norm`` (pnnx's ``torch.norm``, an
@@ -30,6 +31,7 @@ _SPELLINGS = {
     aten.clamp_max.default: (aten.clamp.default, lambda args: (args[0], None, args[1])),
     aten.clamp_min.Tensor: (aten.clamp.Tensor, lambda args: (args[0], args[1], None)),
     aten.clamp_max.Tensor: (aten.clamp.Tensor, lambda args: (args[0], None, args[1])),
+    aten.numpy_T.default: (aten.permute.default, lambda args: (args[0], list(range(args[0].meta["val"].dim()))[::-1])),
 }
 """Internal op -> (public op, its arguments from the internal op's)."""
 _NORM = aten.linalg_norm.default

@@ -9,7 +9,8 @@ One rule per construct, each a ``check`` and a ``replace`` in its own file:
 - ``selections``: ``x[mask]``, ``nonzero``, ``where(cond)``, ``masked_select``;
 - ``topk``: ``topk(x, min(n, k))`` over selected rows;
 - ``sort``: ``sort``/``argsort`` along selected rows, the padding ranked last;
-- ``cat``: the levels of a pyramid, each selected;
+- ``cat``: the levels of a pyramid, each selected (and ``F.pad`` of selected rows, or by their count,
+  written as the cat of fills it is first: ``pads``);
 - ``index_put``: writes by selected indices;
 - ``reductions``: sums, extrema, means and matrix products over selected rows, the padding masked;
 - ``writes``: selected rows written into a buffer of fixed size (``out[:n] = rows``), their count as a tensor;
@@ -39,6 +40,7 @@ from fxdeploy.passes.padding.cat import CAT
 from fxdeploy.passes.padding.index_put import INDEX_PUT
 from fxdeploy.passes.padding.nms import NMS
 from fxdeploy.passes.padding.outputs import TRIM_OUTPUTS
+from fxdeploy.passes.padding.pads import pads_as_cats
 from fxdeploy.passes.padding.reductions import REDUCTIONS
 from fxdeploy.passes.padding.row_wise import ROW_WISE, VIEWS
 from fxdeploy.passes.padding.rows import PaddedRows, UnsupportedSize
@@ -60,6 +62,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
+    padded = pads_as_cats(gm)  # F.pad of selected rows, or by their count: the cat of fills it is
     rows = PaddedRows(gm.graph)
     known = set(gm.graph.nodes)
     shapes = _shape_env(gm)
@@ -82,7 +85,7 @@ def pad_compactions(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
                 raise CompactionError(f"{call_site(node)}: {exc}; only sums, products, min and max are padded") from exc
         inherit_stack_traces(before, node, known)  # what replaces the op keeps its line
     if not rows.bounds:
-        return PassResult(gm, False)
+        return PassResult(gm, padded)
     gm.graph.eliminate_dead_code()
     try:
         refresh_meta(gm)

@@ -1,5 +1,7 @@
 """``cat`` of padded pieces along their rows (a feature pyramid's levels): the concatenation is
 partitioned again by the pieces' valid rows, so that all valid rows come first, in eager's order.
+Where their sizes add up to a fixed number (``cat([keep, keep.new_full((k - len(keep),), -1)])``, a
+fixed-size output), the first that many rows are the result.
 Columns of the same selected rows (``cat([boxes, scores], 1)``) are row-wise and stay as they are."""
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
         raise CompactionError(f"{call_site(node)}: cat of selected rows with rows of a dynamic size")
     order, _ = rows.partition(call(aten.cat.default, (valids,)), total)
     joined = call(aten.cat.default, tuple(node.args), dict(node.kwargs))
-    replace_node(node, call(aten.index_select.default, (joined, 0, order)))
+    result = call(aten.index_select.default, (joined, 0, order))
+    size = node.meta["val"].shape[0]
+    if isinstance(size, int) and size < total:  # a fixed size (rows, then fills up to k): exactly the valid rows
+        result = call(aten.slice.Tensor, (result, 0, 0, size))
+    replace_node(node, result)
 
 
 CAT = Rule("cat", _check, _replace)

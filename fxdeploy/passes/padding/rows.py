@@ -10,9 +10,12 @@ the count by spelling the expression out as tensor ops on the symbols' counts.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy
 import sympy
 import torch
 
@@ -78,7 +81,21 @@ class PaddedRows:
         return [d for d, size in enumerate(value.shape) if self.size(size) is not None]
 
     def bound(self, expr: sympy.Expr) -> int:
-        return int(expr.xreplace({s: sympy.Integer(b) for s, b in self.bounds.items()}))
+        """The most rows ``expr`` can count, with each symbol anywhere in [0, its bound]: its value at
+        the bounds where it grows with each symbol (``Min(1000, u)``, ``u + v``: the size the ops give
+        the padded tensors), else its largest over every count (``5 - Min(5, u)``, a fill up to a
+        fixed size, is largest at no rows selected)."""
+        at_bounds = int(expr.xreplace({s: sympy.Integer(b) for s, b in self.bounds.items()}))
+        return at_bounds if _growing(expr) else self._largest(expr)
+
+    def _largest(self, expr: sympy.Expr) -> int:
+        symbols = sorted(expr.free_symbols, key=str)
+        if not set(symbols) <= self.bounds.keys():
+            raise UnsupportedSize(f"a size {expr} of selected rows and of something else")
+        if math.prod(self.bounds[s] + 1 for s in symbols) > _MAX_POINTS:
+            raise UnsupportedSize(f"a size {expr} of selected rows that shrinks as they grow")
+        grid = numpy.meshgrid(*(numpy.arange(self.bounds[s] + 1) for s in symbols), sparse=True, indexing="ij")
+        return int(numpy.max(_values(expr, dict(zip(symbols, grid, strict=True)))))
 
     def count(self, expr: sympy.Expr) -> Count:
         """The number of valid rows of a padded size, as graph nodes at the insertion point."""
@@ -139,6 +156,37 @@ class PaddedRows:
         if isinstance(b, int):
             return call(with_int, (a, b))
         return call(both, (a, b))
+
+
+_MAX_POINTS = 4_000_000
+"""The most counts ``bound`` tries for a size that shrinks as rows are selected."""
+
+
+def _growing(expr: sympy.Expr) -> bool:
+    """Whether ``expr`` cannot shrink as any symbol grows: symbols and integers joined by sums,
+    ``Min``, ``Max`` and products of one such term by a number at least 0."""
+    if expr.is_Integer or expr.is_Symbol:
+        return True
+    name = type(expr).__name__
+    if name in ("Add", "Min", "Max"):
+        return all(_growing(term) for term in expr.args)
+    if name == "Mul":
+        terms = [term for term in expr.args if not term.is_Integer]
+        return len(terms) == 1 and _growing(terms[0]) and all(t >= 0 for t in expr.args if t.is_Integer)
+    return False
+
+
+def _values(expr: sympy.Expr, values: dict[sympy.Symbol, numpy.ndarray]) -> Any:
+    """``expr`` at every point of a grid of counts (numpy broadcasting)."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return values[expr]
+    name = type(expr).__name__
+    join = {"Add": numpy.add, "Mul": numpy.multiply, "Min": numpy.minimum, "Max": numpy.maximum}.get(name)
+    if join is None:
+        raise UnsupportedSize(f"a size {expr} ({name}) derived from selected rows")
+    return functools.reduce(join, (_values(term, values) for term in expr.args))
 
 
 def data_symbols(expr: sympy.Expr) -> set[sympy.Symbol]:

@@ -86,3 +86,22 @@ def test_a_vector_norm_becomes_linalg_vector_norm_with_the_same_values(args, vec
     assert result.modified == vector
     assert ("aten.linalg_vector_norm.default" in op_histogram(result.graph_module)) == vector
     torch.testing.assert_close(result.graph_module(X)[0], want, rtol=1e-6, atol=1e-6)
+
+
+class Transposed(torch.nn.Module):
+    """``x.T``, which torch.export keeps as aten.numpy_T (pnnx has no converter: ncnn refused)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x[0].T * 2).T.sum(0) + x.mean(0).T.sum(1)
+
+
+def test_numpy_t_becomes_a_permute_with_the_same_values() -> None:
+    model, x = Transposed(), torch.randn(2, 3, 4)
+    gm = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("b")},)).module()
+    assert "aten.numpy_T.default" in set(op_histogram(gm))
+    result = functional_spellings(gm, Settings())
+    result.graph_module.graph.lint()
+    result.graph_module.recompile()
+    assert "aten.numpy_T.default" not in set(op_histogram(result.graph_module))
+    fresh = torch.randn(5, 3, 4)
+    torch.testing.assert_close(result.graph_module(fresh), model(fresh), rtol=0, atol=0)

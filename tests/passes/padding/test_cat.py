@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.passes.padding.helpers import assert_matches_eager, padded, rand
+from tests.passes.padding.helpers import assert_matches_eager, padded, rand, trimmed
 
 
 class Levels(torch.nn.Module):
@@ -54,3 +54,22 @@ def test_rows_of_two_selections_of_one_count_side_by_side() -> None:
     assert after["aten.cat.default"] == 1
     counts = assert_matches_eager(model, gm, lambda seed: (rand(30, 2, seed=seed), rand(30, 2, seed=seed).flip(0)))
     assert len(set(counts)) > 1
+
+
+class FilledToFive(torch.nn.Module):
+    """A fixed-size output as users write it: the best five scores over 0.5, then -1s. The fill's
+    size, ``5 - Min(5, u)``, is largest at no rows selected: held at its value at the bound (0), it
+    lost the fill wherever fewer than five were selected."""
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        k = v[v > 0.5].sort(descending=True).values[:5]
+        return torch.cat([k, k.new_full((5 - k.shape[0],), -1.0)])
+
+
+def test_rows_filled_up_to_a_fixed_size_at_every_count() -> None:
+    model = FilledToFive()
+    gm, _, _ = padded(model, rand(40) + 0.3)
+    for selected in (0, 1, 4, 5, 9):
+        v = rand(40, seed=selected) * 0.5
+        v[:selected] = 0.6 + torch.arange(selected) / 100
+        torch.testing.assert_close(trimmed(gm, v)[0], model(v), rtol=0, atol=0)
