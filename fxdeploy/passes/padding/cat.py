@@ -1,7 +1,8 @@
 """``cat`` of padded pieces along their rows (a feature pyramid's levels): the concatenation is
 partitioned again by the pieces' valid rows, so that all valid rows come first, in eager's order.
-Where their sizes add up to a fixed number (``cat([keep, keep.new_full((k - len(keep),), -1)])``, a
-fixed-size output), the first that many rows are the result.
+Where their sizes add up to fewer rows than their bounds do (``cat([keep, keep.new_full((k - len(keep),),
+-1)])``, a fixed-size output: k rows; ``max(0, k - len(keep))`` of fill: ``Max(k, u)`` rows), the
+result is the partition's first rows, as many as that sum can reach.
 Columns of the same selected rows (``cat([boxes, scores], 1)``) are row-wise and stay as they are."""
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ def _replace(gm: torch.fx.GraphModule, node: Node, rows: PaddedRows) -> None:
     joined = call(aten.cat.default, tuple(node.args), dict(node.kwargs))
     result = call(aten.index_select.default, (joined, 0, order))
     size = node.meta["val"].shape[0]
-    if isinstance(size, int) and size < total:  # a fixed size (rows, then fills up to k): exactly the valid rows
-        result = call(aten.slice.Tensor, (result, 0, 0, size))
+    expr = rows.size(size)
+    most = size if isinstance(size, int) else rows.bound(expr) if expr is not None else total
+    if most < total:  # rows, then fills up to k (Max(k, u) rows, or k): the valid rows come first
+        result = call(aten.slice.Tensor, (result, 0, 0, most))
     replace_node(node, result)
 
 

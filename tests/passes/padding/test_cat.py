@@ -73,3 +73,20 @@ def test_rows_filled_up_to_a_fixed_size_at_every_count() -> None:
         v = rand(40, seed=selected) * 0.5
         v[:selected] = 0.6 + torch.arange(selected) / 100
         torch.testing.assert_close(trimmed(gm, v)[0], model(v), rtol=0, atol=0)
+
+
+class AtLeastFive(torch.nn.Module):
+    """The scores over 0.5, then -1s up to five where fewer: ``Max(5, u)`` rows."""
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        k = v[v > 0.5]
+        return torch.cat([k, k.new_full((max(0, 5 - k.shape[0]),), -1.0)])
+
+
+def test_rows_filled_up_to_at_least_a_size_at_every_count() -> None:
+    model = AtLeastFive()
+    gm, _, _ = padded(model, rand(40) + 0.3)
+    for selected in (0, 1, 5, 9):
+        v = rand(40, seed=selected) * 0.5
+        v[:selected] = 0.6 + torch.arange(selected) / 100
+        torch.testing.assert_close(trimmed(gm, v)[0], model(v), rtol=0, atol=0)
