@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from fxdeploy.errors import InferenceError
+
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.]")
 
 
@@ -151,6 +153,13 @@ def join_images(results: Sequence[Any], plan: dict[str, Any]) -> Any:
     first = results[0]
     kind = plan["kind"]
     if kind == "cat":
+        shapes = {tuple(r.shape[1:]) for r in results}
+        if len(shapes) > 1:
+            raise InferenceError(
+                f"the per-image results of an output have other shapes ({sorted(shapes)}), where the example's "
+                "images gave one: the model sizes that output across the batch (pad_sequence, a batch-wide max), "
+                "which no per-image run can give. Lower it with a static batch, or return the images' results as a list"
+            )
         return torch.cat(list(results), 0)
     if kind == "same":
         return first

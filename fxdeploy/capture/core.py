@@ -231,11 +231,13 @@ def _capture_one_image(
         two_args, two_kwargs = pytree.tree_map(
             lambda x: torch.cat([x, x.roll(1, -1)]) if isinstance(x, torch.Tensor) else x, (one_args, one_kwargs)
         )
+    second_args, second_kwargs = per_image.take_images((two_args, two_kwargs), 1, 2)
     with substitution.on_instances(model, subs):
         one, two = model(*one_args, **one_kwargs), model(*two_args, **two_kwargs)
+        second = model(*second_args, **second_kwargs)  # a batch-wide size (pad_sequence) gives it a shape of its own
     if structure.has_unregistered_dataclass(one):
         raise CaptureError("a model that loops over the batch and returns dataclasses is not supported; return dicts")
-    plan = per_image.join_plan(one, two)
+    plan = per_image.join_plan(one, two, second=second)
     flat_one, in_spec = pytree.tree_flatten((one_args, one_kwargs))
     (ep, mode, applied), shapes, changes = fixes.exported_with_fixes(
         lambda shapes, deferred: memo.export(model, one_args, one_kwargs, shapes, subs, *start, deferred=deferred),

@@ -90,11 +90,19 @@ def take_images(tree: Any, start: int, stop: int) -> Any:
     return pytree.tree_map(lambda x: x[start:stop] if isinstance(x, torch.Tensor) else x, tree)
 
 
-def join_plan(one: Any, two: Any, where: str = "output") -> dict[str, Any]:
-    """How per-image results join, from eager's results on one image and on two."""
+def join_plan(one: Any, two: Any, where: str = "output", second: Any = None) -> dict[str, Any]:
+    """How per-image results join, from eager's results on one image, on two, and on the second of
+    the two alone (``second``; None: not run)."""
     if isinstance(one, torch.Tensor) and isinstance(two, torch.Tensor):
         doubled = two.dim() == one.dim() and two.shape[0] == 2 * one.shape[0] and two.shape[1:] == one.shape[1:]
         if one.dim() and doubled:
+            if isinstance(second, torch.Tensor) and second.shape != one.shape:
+                raise JoinError(
+                    f"{where}: each image alone gives its own shape (the first {tuple(one.shape)}, the second "
+                    f"{tuple(second.shape)}), the two together {tuple(two.shape)}: the model pads or cuts its "
+                    "images to one size across the batch (pad_sequence, a batch-wide max), which no per-image run "
+                    "can give. Return the images' results as a list, or make the batch dim static"
+                )
             return {"kind": "cat"}
         if one.shape == two.shape and torch.equal(one, two):
             return {"kind": "same"}
@@ -109,9 +117,12 @@ def join_plan(one: Any, two: Any, where: str = "output") -> dict[str, Any]:
             return {"kind": "concat"}
         if len(two) == len(one):
             pairs = enumerate(zip(one, two, strict=True))
-            return {"kind": "items", "items": [join_plan(a, b, f"{where}[{i}]") for i, (a, b) in pairs]}
+            seconds = second if isinstance(second, (list, tuple)) and len(second) == len(one) else [None] * len(one)
+            return {"kind": "items", "items": [join_plan(a, b, f"{where}[{i}]", c)
+                                               for (i, (a, b)), c in zip(pairs, seconds, strict=True)]}
     elif isinstance(one, Mapping) and isinstance(two, Mapping) and list(one) == list(two):
-        items = [join_plan(one[k], two[k], f"{where}[{k!r}]") for k in one]
+        items = [join_plan(one[k], two[k], f"{where}[{k!r}]", second.get(k) if isinstance(second, Mapping) else None)
+                 for k in one]
         return {"kind": "items", "keys": [str(k) for k in one], "items": items}
     elif not isinstance(one, (torch.Tensor, list, tuple, Mapping)) and one == two:
         return {"kind": "same"}

@@ -12,7 +12,7 @@ import fxdeploy
 from fxdeploy.artifact.structure import join_images
 from fxdeploy.capture import capture, per_image, substitution
 from fxdeploy.capture.fixes import DimWarning
-from fxdeploy.errors import CaptureError
+from fxdeploy.errors import CaptureError, InferenceError
 from tests.helpers import require_target
 
 
@@ -82,6 +82,38 @@ def test_join_plan_tells_lists_over_images_from_batched_tensors() -> None:
 def test_join_plan_refuses_results_that_are_not_per_image() -> None:
     with pytest.raises(CaptureError, match="not the result for one image repeated"):
         per_image.join_plan(torch.zeros(3, 4), torch.zeros(5, 4))  # dim 0 neither doubles nor stays
+
+
+class PadsAcrossTheBatch(torch.nn.Module):
+    """Each image's scores over 1, padded to the batch's longest (pad_sequence): image 0 has the most,
+    so one image's result doubles in dim 0 as a batched tensor's does. The check built its reference
+    by the join plan and failed inside torch.cat ("did not expect this failure")."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = []
+        for image in x:
+            v = image.flatten()
+            kept.append(v[v > 1.0])
+        return torch.nn.utils.rnn.pad_sequence(kept, batch_first=True, padding_value=-1.0)
+
+
+def test_an_output_sized_across_the_batch_is_refused_by_name() -> None:
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    x[0, 0] = 2.0  # image 0 keeps the most
+    with pytest.raises(per_image.JoinError, match=r"output: each image alone gives its own shape.*pad_sequence"):
+        fxdeploy.lower(PadsAcrossTheBatch(), (x,), target="onnxruntime", dynamic_shapes={"x": {0: ("batch", 1, 4)}})
+
+
+def test_join_plan_with_the_second_image_alone() -> None:
+    same = per_image.join_plan([torch.zeros(1, 4)], [torch.zeros(2, 4)], second=[torch.ones(1, 4)])
+    assert same == {"kind": "items", "items": [{"kind": "cat"}]}
+    with pytest.raises(per_image.JoinError, match=r"output\[0\]: each image alone gives its own shape"):
+        per_image.join_plan([torch.zeros(1, 4)], [torch.zeros(2, 4)], second=[torch.ones(1, 3)])
+
+
+def test_per_image_results_of_other_shapes_are_an_inference_error() -> None:
+    with pytest.raises(InferenceError, match=r"other shapes \(\[\(3,\), \(4,\)\]\).*static batch"):
+        join_images([torch.zeros(1, 4), torch.zeros(1, 3)], {"kind": "cat"})
 
 
 def test_batch_dim_needs_the_same_dim_0_on_every_input() -> None:
