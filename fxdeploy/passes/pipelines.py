@@ -28,6 +28,7 @@ from fxdeploy.passes.ncnn.input_attention_masks import input_attention_masks
 from fxdeploy.passes.ncnn.integer_powers import integer_powers
 from fxdeploy.passes.ncnn.max_indices import max_indices
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
+from fxdeploy.passes.ncnn.size_floor_divisions import size_floor_divisions
 from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
@@ -139,13 +140,16 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # scatters_as_slices (the functional writes) before it: a buffer written into goes as a whole,
 # rather than as constants of each of its views; padded_copies first: a write into a fill buffer
 # is a pad, where scatters_as_slices would cat constant slices of the buffer.
+# size_floor_divisions right after cleanup (which drops the asserts that read sizes): ncnn's size
+# expressions truncate a negative size's // (the ONNX targets translate it: onnx_translations/division.py);
+# no pass after it writes a division of sizes.
 # empty_cat_inputs first: pnnx hangs on a cat with an empty input (a cat of nothing else is left alone).
 # functional_spellings next: the passes after it match reshapes and clamps by their public ops;
 # einsum_products and integer_powers beside it (spellings too). functional_fills beside them (torch.jit.trace
 # asserts on a functional zero or fill); before padded_copies and fold_constants, which read the factory ops.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, empty_cat_inputs, functional_spellings, functional_fills, einsum_products,
-    integer_powers,
+    *CLEANUP, size_floor_divisions, dense_encoder_layers, empty_cat_inputs, functional_spellings, functional_fills,
+    einsum_products, integer_powers,
     pool_divisors, ceil_pool_counts, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies,
     scatters_as_slices, identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks,
     float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices,
