@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fxdeploy.partition.cut import host_postprocess_split
+from fxdeploy.passes.adaptive_pools import adaptive_pools
 from fxdeploy.passes.antialiased_resizes import antialiased_resizes
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.ceil_pool_counts import ceil_pool_counts
@@ -80,9 +81,10 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # whole_input_pool, which then sees the plain pool. value_lookups on every ONNX target: torch.onnx has
 # no searchsorted (and writes isin through one); after cleanup, which unwraps the constant sequences.
 # order_statistics, pairwise_distances and running_extrema beside it: torch.onnx has no median,
-# kthvalue, cdist, cummax or cummin.
+# kthvalue, cdist, cummax or cummin. adaptive_pools beside them: torch.onnx decomposes an adaptive average
+# pool at the example's sizes (its windows, its kernel), whatever the dims' ranges.
 ONNX: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
+    *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, value_lookups, order_statistics, pairwise_distances,
     running_extrema, antialiased_resizes, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
     contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
@@ -98,7 +100,7 @@ ONNX: tuple[Pass, ...] = (
 # MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
+    *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, value_lookups, order_statistics, pairwise_distances,
     running_extrema, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
     topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
     contiguous_reshapes, tensorize_outputs, distinct_outputs,
@@ -113,7 +115,7 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # ceil_pool_counts on OpenVINO and ncnn: both count a ceil-mode window's part past the padding in its
 # divisor; after pool_divisors (a divisor override is its), before whole_input_pool (a plain pool).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
+    *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
     pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
     half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
     half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
