@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fxdeploy.partition.cut import host_postprocess_split
+from fxdeploy.passes.adaptive_pools import adaptive_pools
 from fxdeploy.passes.antialiased_resizes import antialiased_resizes
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.ceil_pool_counts import ceil_pool_counts
@@ -28,6 +29,7 @@ from fxdeploy.passes.ncnn.input_attention_masks import input_attention_masks
 from fxdeploy.passes.ncnn.integer_powers import integer_powers
 from fxdeploy.passes.ncnn.max_indices import max_indices
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
+from fxdeploy.passes.ncnn.size_floor_divisions import size_floor_divisions
 from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
@@ -79,9 +81,10 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # whole_input_pool, which then sees the plain pool. value_lookups on every ONNX target: torch.onnx has
 # no searchsorted (and writes isin through one); after cleanup, which unwraps the constant sequences.
 # order_statistics, pairwise_distances and running_extrema beside it: torch.onnx has no median,
-# kthvalue, cdist, cummax or cummin.
+# kthvalue, cdist, cummax or cummin. adaptive_pools beside them: torch.onnx decomposes an adaptive average
+# pool at the example's sizes (its windows, its kernel), whatever the dims' ranges.
 ONNX: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
+    *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, value_lookups, order_statistics, pairwise_distances,
     running_extrema, antialiased_resizes, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
     contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
@@ -97,7 +100,7 @@ ONNX: tuple[Pass, ...] = (
 # MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
+    *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, value_lookups, order_statistics, pairwise_distances,
     running_extrema, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
     topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
     contiguous_reshapes, tensorize_outputs, distinct_outputs,
@@ -112,7 +115,7 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # ceil_pool_counts on OpenVINO and ncnn: both count a ceil-mode window's part past the padding in its
 # divisor; after pool_divisors (a divisor override is its), before whole_input_pool (a plain pool).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
+    *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
     pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
     half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
     half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
@@ -139,13 +142,16 @@ TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, pre
 # scatters_as_slices (the functional writes) before it: a buffer written into goes as a whole,
 # rather than as constants of each of its views; padded_copies first: a write into a fill buffer
 # is a pad, where scatters_as_slices would cat constant slices of the buffer.
+# size_floor_divisions right after cleanup (which drops the asserts that read sizes): ncnn's size
+# expressions truncate a negative size's // (the ONNX targets translate it: onnx_translations/division.py);
+# no pass after it writes a division of sizes.
 # empty_cat_inputs first: pnnx hangs on a cat with an empty input (a cat of nothing else is left alone).
 # functional_spellings next: the passes after it match reshapes and clamps by their public ops;
 # einsum_products and integer_powers beside it (spellings too). functional_fills beside them (torch.jit.trace
 # asserts on a functional zero or fill); before padded_copies and fold_constants, which read the factory ops.
 NCNN: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, empty_cat_inputs, functional_spellings, functional_fills, einsum_products,
-    integer_powers,
+    *CLEANUP, size_floor_divisions, dense_encoder_layers, empty_cat_inputs, functional_spellings, functional_fills,
+    einsum_products, integer_powers,
     pool_divisors, ceil_pool_counts, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies,
     scatters_as_slices, identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks,
     float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices,

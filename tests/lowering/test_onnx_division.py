@@ -1,6 +1,7 @@
 """Floor division and remainder (``fxdeploy/lowering/onnx_translations/division.py``): torch's
 values, where torch.onnx wrote ``Floor(Div(a, b))`` (``-7.0 // 0.7`` was -10, torch's -11) and
-refused a divisor read from a dynamic shape (``i % i.shape[1]``)."""
+refused a divisor read from a dynamic shape (``i % i.shape[1]``), and a size's ``//`` (ONNX's integer
+Div truncates: ``-(-h // 4)`` was ``h // 4``)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,24 @@ def test_floor_division_at_exact_multiples_of_a_decimal_is_torchs(target: str) -
     deployed = lower(model, target, torch.randn(1, 8) * 5)
     assert_exact(deployed, model, MULTIPLES)
     assert model(MULTIPLES)[0][0, 0] == -11  # the floor of the exact quotient -10.00000017
+
+
+class CeilingRows(torch.nn.Module):
+    """The last ceil(h / 4) rows, and as many as the ceiling of h over a size read elsewhere."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x.shape[2]
+        return x[:, :, -(-h // 4):] * 2, x[:, :, : -(-h // y.shape[0])] * 2
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_the_ceiling_of_a_dynamic_height_is_eagers(target: str) -> None:
+    """lower()'s check runs the example, min, opt and max heights, every one a multiple of 4 and of
+    the divisor read from ``y``: the artifact sliced one row more than eager at 65, 97 or 255."""
+    require_target(target)
+    model = CeilingRows()
+    shapes = {"x": {2: ("h", 64, 256)}, "y": {0: ("n", 2, 8)}}
+    deployed = fxdeploy.lower(model, (torch.randn(1, 1, 128, 8), torch.zeros(4)), target=target, dynamic_shapes=shapes)
+    for h, n in ((65, 4), (97, 3), (255, 8), (131, 2)):
+        x, y = torch.randn(1, 1, h, 8), torch.zeros(n)
+        assert_exact(deployed, model, x, y)

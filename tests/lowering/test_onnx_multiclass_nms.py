@@ -6,6 +6,7 @@ the graph, onnx.checker, and numerics on ONNX Runtime against the reference kern
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -154,7 +155,8 @@ def test_translation_table() -> None:
     exact = {aten.atan2.default, aten.angle.default, aten.histc.default,  # torch's signed zeros and bins
              aten.fmax.default, aten.fmin.default,  # torch's NaN rule
              aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
-             aten.remainder.Tensor, aten.remainder.Scalar}  # torch's floor of the exact quotient
+             aten.remainder.Tensor, aten.remainder.Scalar,  # torch's floor of the exact quotient
+             operator.floordiv}  # a size's //: Python's floor, where ONNX's integer Div truncates
     greater = {aten.gt.Tensor, aten.gt.Scalar, aten.ge.Tensor, aten.ge.Scalar}  # OpenVINO's Greater beside a NaN
     assert set(translation_table("standard")) == expected | softmax | everywhere | shifts | exact
     for flavour in ("tensorrt", "efficient_nms_trt"):  # TensorRT's TopK promises no order among ties

@@ -6,6 +6,7 @@ dict built on request: importing this package registers nothing anywhere.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import torch
@@ -19,7 +20,7 @@ sort (stable or not: lower()'s check ran ONNX's index order) are written with To
 result does not depend on it (``topk.py``)."""
 
 
-def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, Callable]:
+def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload | Callable, Callable]:
     """Map fxdeploy ops to their ONNX translations.
 
     - ``standard``: ONNX NonMaxSuppression + padding subgraph (ONNX Runtime, TensorRT); a softmax
@@ -36,7 +37,8 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
     ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
     rule (``histc.py``), ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``), and
     ``hypot``, ``fmax``/``fmin`` and a stable ``sort``, which torch.onnx lacks (``hypot.py``, ``fmax.py``, ``sort.py``),
-    and floor division and remainder with torch's values (``division.py``; on OpenVINO for integers only).
+    and floor division and remainder with torch's values (``division.py``; on OpenVINO for integers only),
+    a size's ``//`` with Python's floor (``division.py``).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
     """
@@ -72,7 +74,7 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload, 
     return table
 
 
-def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
+def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload | Callable, Callable]:
     """fxdeploy's translations of aten ops where torch.onnx's compute other values (the docstring above)."""
     from fxdeploy.lowering.onnx_translations import division
     from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
@@ -90,7 +92,7 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
     from fxdeploy.lowering.onnx_translations.sort import sort_stable
 
     aten = torch.ops.aten
-    table: dict[torch._ops.OpOverload, Callable] = {
+    table: dict[torch._ops.OpOverload | Callable, Callable] = {
         aten.softmax.int: softmax_int_openvino if flavour == "openvino" else softmax_int_standard,
         aten.log_softmax.int: log_softmax_int,
         aten.atan2.default: atan2,
@@ -101,6 +103,7 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload, Callable]:
         aten.fmax.default: fmax,
         aten.fmin.default: fmin,
         aten.sort.stable: sort_stable,
+        operator.floordiv: division.size_floor_divide,  # a size's //: ONNX's integer Div truncates
     }
     suffix = "_openvino" if flavour == "openvino" else ""  # OpenVINO's Mod is not C's fmod (division.py)
     for overloads, name in (((aten.floor_divide.default, aten.floor_divide.Scalar), "floor_divide"),

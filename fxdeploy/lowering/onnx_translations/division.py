@@ -13,6 +13,13 @@ Integers, every flavour: ``a - Mod(a, b)`` (the divisor's sign, as Python's ``%`
 of ``b``, so dividing it is exact whatever a runtime's integer ``Div`` rounds to. A divisor read
 from a shape (``i % x.shape[1]`` at a dynamic size) is a graph value, which torch.onnx's own
 translation refused.
+
+Sizes, every flavour: torch.onnx writes a size's ``//`` (``operator.floordiv`` on symbolic ints) as
+ONNX's integer ``Div``, which ONNX Runtime and OpenVINO truncate: ``-(-h // 4)``, the ceiling of
+``h / 4``, was ``h // 4`` wherever 4 does not divide ``h``, and lower()'s check, at sizes people pick
+as multiples of 32, passed. ``size_floor_divide`` writes it as the integers' floor division above.
+A pass cannot do it: torch.onnx exports the graph again, and the shape environment simplifies a
+rewritten ``(a + k*b) // b - k`` back to ``a // b``.
 """
 
 from __future__ import annotations
@@ -82,6 +89,11 @@ def _other_mode(self: Any, other: Any, rounding_mode: str | None) -> Any:
         return op.Div(op.Sub(self, op.Mod(self, other, fmod=1)), other)
     quotient = op.Div(self, other)
     return op.Where(op.Less(quotient, op.CastLike(0, quotient)), op.Ceil(quotient), op.Floor(quotient))
+
+
+def size_floor_divide(self: Any, other: Any) -> Any:
+    """``operator.floordiv`` of sizes: Python's floor, whatever the signs."""
+    return _integer_floor_divide(self, op.CastLike(other, self))
 
 
 def _integer_floor_divide(self: Any, other: Any) -> Any:
