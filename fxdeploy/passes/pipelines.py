@@ -5,6 +5,7 @@ from __future__ import annotations
 from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.antialiased_resizes import antialiased_resizes
 from fxdeploy.passes.base import Pass
+from fxdeploy.passes.boolean_scalars import boolean_scalars
 from fxdeploy.passes.ceil_pool_counts import ceil_pool_counts
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
@@ -119,7 +120,11 @@ OPENVINO: tuple[Pass, ...] = (
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
-TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, precision_policy, tensorize_outputs)
+# boolean_scalars: TorchScript reads a Python bool operand as an int (`where(m, True, False)`,
+# `mask & True` came back int64); right before tensorize_outputs, so it sees every op the passes write.
+TORCHSCRIPT: tuple[Pass, ...] = (
+    *CLEANUP, fold_batch_norm, pad_compactions, precision_policy, boolean_scalars, tensorize_outputs,
+)
 # ncnn: whole_input_pool as on OpenVINO (ncnn's pooling gives NaN there); no precision policy
 # (ncnn's own fp16 switches set the precision, engine-wide), then the pnnx/ncnn workarounds
 # (they change no outputs), then the host split last: it cuts the final graph, so it must see the
