@@ -6,6 +6,7 @@ from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.antialiased_resizes import antialiased_resizes
 from fxdeploy.passes.base import Pass
 from fxdeploy.passes.boolean_scalars import boolean_scalars
+from fxdeploy.passes.boolean_selects import boolean_selects
 from fxdeploy.passes.ceil_pool_counts import ceil_pool_counts
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
@@ -93,6 +94,8 @@ ONNX: tuple[Pass, ...] = (
 # Its CPU provider has no f16 kernel for most ops: it computes them in f32 between casts it inserts,
 # and removes each Cast f32 -> f16 -> f32 pair (even with graph optimizations off), so the model's
 # own half values go unrounded: half_rounding, as on OpenVINO below.
+# Its CPU provider has no Where kernel for bool: boolean_selects spells a select between booleans
+# (`where(valid, mask, False)`) with And, Or and Not; after the passes that write selects, before tensorize_outputs.
 # infinite_windows after pad_compactions and precision_policy (it guards the max pools and
 # reductions of the final graph, in their final dtype): ONNX Runtime's padded MaxPool and OpenVINO's
 # MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
@@ -101,7 +104,7 @@ ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
     running_extrema, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
     topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
-    contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    boolean_selects, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
