@@ -50,6 +50,7 @@ from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.topk_of_selection import topk_of_selection
 from fxdeploy.passes.value_lookups import value_lookups
 from fxdeploy.passes.whole_input_pool import whole_input_pool
+from fxdeploy.passes.wide_indices import wide_indices
 from fxdeploy.passes.wrapping_bytes import wrapping_bytes
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
@@ -82,10 +83,12 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # no searchsorted (and writes isin through one); after cleanup, which unwraps the constant sequences.
 # order_statistics, pairwise_distances and running_extrema beside it: torch.onnx has no median,
 # kthvalue, cdist, cummax or cummin.
+# wide_indices on every ONNX target: torch.onnx passes an int32 index of `x[:, ids]` on to GatherND, which
+# takes int64 only; it changes no outputs, so anywhere after cleanup.
 ONNX: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    running_extrema, antialiased_resizes, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
-    contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    running_extrema, antialiased_resizes, wide_indices, pad_compactions, topk_of_selection, precision_policy,
+    scatters_as_slices, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -102,7 +105,7 @@ ONNX: tuple[Pass, ...] = (
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    running_extrema, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
+    running_extrema, antialiased_resizes, wide_indices, query_sized_masks, half_comparison_scalars, pad_compactions,
     topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
     boolean_selects, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
@@ -118,8 +121,8 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 OPENVINO: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
     pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
-    half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
-    half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    wide_indices, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows,
+    scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
