@@ -45,6 +45,7 @@ from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
 from fxdeploy.passes.running_extrema import running_extrema
+from fxdeploy.passes.scatter_reductions import scatter_reductions
 from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.topk_of_selection import topk_of_selection
@@ -85,10 +86,12 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # kthvalue, cdist, cummax or cummin.
 # wide_indices on every ONNX target: torch.onnx passes an int32 index of `x[:, ids]` on to GatherND, which
 # takes int64 only; it changes no outputs, so anywhere after cleanup.
+# scatter_reductions beside it: torch.onnx writes a scatter_reduce mean as a plain scatter and starts an
+# amax without self from the lowest float, not -inf.
 ONNX: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    running_extrema, antialiased_resizes, wide_indices, pad_compactions, topk_of_selection, precision_policy,
-    scatters_as_slices, contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    running_extrema, antialiased_resizes, wide_indices, scatter_reductions, pad_compactions, topk_of_selection,
+    precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -105,9 +108,9 @@ ONNX: tuple[Pass, ...] = (
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    running_extrema, antialiased_resizes, wide_indices, query_sized_masks, half_comparison_scalars, pad_compactions,
-    topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
-    boolean_selects, contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    running_extrema, antialiased_resizes, wide_indices, scatter_reductions, query_sized_masks, half_comparison_scalars,
+    pad_compactions, topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices,
+    half_rounding, boolean_selects, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
@@ -121,8 +124,8 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 OPENVINO: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
     pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
-    wide_indices, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows,
-    scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    wide_indices, scatter_reductions, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy,
+    infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
