@@ -6,6 +6,8 @@ from fxdeploy.partition.cut import host_postprocess_split
 from fxdeploy.passes.adaptive_pools import adaptive_pools
 from fxdeploy.passes.antialiased_resizes import antialiased_resizes
 from fxdeploy.passes.base import Pass
+from fxdeploy.passes.boolean_scalars import boolean_scalars
+from fxdeploy.passes.boolean_selects import boolean_selects
 from fxdeploy.passes.ceil_pool_counts import ceil_pool_counts
 from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
@@ -45,11 +47,13 @@ from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.passes.remove_dropout import remove_dropout
 from fxdeploy.passes.remove_noops import remove_noops
 from fxdeploy.passes.running_extrema import running_extrema
+from fxdeploy.passes.scatter_reductions import scatter_reductions
 from fxdeploy.passes.scatters_as_slices import scatters_as_slices
 from fxdeploy.passes.tensorize_outputs import tensorize_outputs
 from fxdeploy.passes.topk_of_selection import topk_of_selection
 from fxdeploy.passes.value_lookups import value_lookups
 from fxdeploy.passes.whole_input_pool import whole_input_pool
+from fxdeploy.passes.wide_indices import wide_indices
 from fxdeploy.passes.wrapping_bytes import wrapping_bytes
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
@@ -83,10 +87,14 @@ CLEANUP: tuple[Pass, ...] = (remove_asserts, remove_dropout, refuse_random_ops, 
 # order_statistics, pairwise_distances and running_extrema beside it: torch.onnx has no median,
 # kthvalue, cdist, cummax or cummin. adaptive_pools beside them: torch.onnx decomposes an adaptive average
 # pool at the example's sizes (its windows, its kernel), whatever the dims' ranges.
+# wide_indices on every ONNX target: torch.onnx passes an int32 index of `x[:, ids]` on to GatherND, which
+# takes int64 only; it changes no outputs, so anywhere after cleanup.
+# scatter_reductions beside it: torch.onnx writes a scatter_reduce mean as a plain scatter and starts an
+# amax without self from the lowest float, not -inf.
 ONNX: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    running_extrema, antialiased_resizes, pad_compactions, topk_of_selection, precision_policy, scatters_as_slices,
-    contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    running_extrema, antialiased_resizes, wide_indices, scatter_reductions, pad_compactions, topk_of_selection,
+    precision_policy, scatters_as_slices, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # ONNX Runtime: its Sigmoid does not saturate where torch's does, so score sigmoids are spelt out.
 # exact_score_sigmoid after pad_compactions (it finds the sigmoids from multiclass_nms's scores)
@@ -95,15 +103,17 @@ ONNX: tuple[Pass, ...] = (
 # Its CPU provider has no f16 kernel for most ops: it computes them in f32 between casts it inserts,
 # and removes each Cast f32 -> f16 -> f32 pair (even with graph optimizations off), so the model's
 # own half values go unrounded: half_rounding, as on OpenVINO below.
+# Its CPU provider has no Where kernel for bool: boolean_selects spells a select between booleans
+# (`where(valid, mask, False)`) with And, Or and Not; after the passes that write selects, before tensorize_outputs.
 # infinite_windows after pad_compactions and precision_policy (it guards the max pools and
 # reductions of the final graph, in their final dtype): ONNX Runtime's padded MaxPool and OpenVINO's
 # MaxPool and ReduceMax give the lowest float, not -inf, over a window of -inf only (and OpenVINO's
 # ReduceMin the highest, not +inf, over a row of +inf only).
 ONNXRUNTIME: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, value_lookups, order_statistics, pairwise_distances,
-    running_extrema, antialiased_resizes, query_sized_masks, half_comparison_scalars, pad_compactions,
-    topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices, half_rounding,
-    contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    running_extrema, antialiased_resizes, wide_indices, scatter_reductions, query_sized_masks, half_comparison_scalars,
+    pad_compactions, topk_of_selection, precision_policy, exact_score_sigmoid, infinite_windows, scatters_as_slices,
+    half_rounding, boolean_selects, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # OpenVINO: its CPU plugin refuses a pooling window larger than the input (whole_input_pool), and
 # its ONNX import of a one-sided DFT keeps a unit dim (full_spectrum_rffts); they change no outputs,
@@ -117,12 +127,16 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 OPENVINO: tuple[Pass, ...] = (
     *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
     pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
-    half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices,
-    half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    wide_indices, scatter_reductions, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy,
+    infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
-TORCHSCRIPT: tuple[Pass, ...] = (*CLEANUP, fold_batch_norm, pad_compactions, precision_policy, tensorize_outputs)
+# boolean_scalars: TorchScript reads a Python bool operand as an int (`where(m, True, False)`,
+# `mask & True` came back int64); right before tensorize_outputs, so it sees every op the passes write.
+TORCHSCRIPT: tuple[Pass, ...] = (
+    *CLEANUP, fold_batch_norm, pad_compactions, precision_policy, boolean_scalars, tensorize_outputs,
+)
 # ncnn: whole_input_pool as on OpenVINO (ncnn's pooling gives NaN there); no precision policy
 # (ncnn's own fp16 switches set the precision, engine-wide), then the pnnx/ncnn workarounds
 # (they change no outputs), then the host split last: it cuts the final graph, so it must see the
