@@ -232,9 +232,9 @@ def _capture_one_image(
             lambda x: torch.cat([x, x.roll(1, -1)]) if isinstance(x, torch.Tensor) else x, (one_args, one_kwargs)
         )
     second_args, second_kwargs = per_image.take_images((two_args, two_kwargs), 1, 2)
-    with substitution.on_instances(model, subs):
+    with substitution.on_instances(model, subs):  # the second image alone: a batch-wide size (pad_sequence) differs
+        second = model(*second_args, **second_kwargs)  # first: two images last, whose caches the capture then reads
         one, two = model(*one_args, **one_kwargs), model(*two_args, **two_kwargs)
-        second = model(*second_args, **second_kwargs)  # a batch-wide size (pad_sequence) gives it a shape of its own
     if structure.has_unregistered_dataclass(one):
         raise CaptureError("a model that loops over the batch and returns dataclasses is not supported; return dicts")
     plan = per_image.join_plan(one, two, second=second)

@@ -13,6 +13,7 @@ same broadcasting; a literal True or False operand drops its ``and`` (or its who
 from __future__ import annotations
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import fill_meta
@@ -33,7 +34,7 @@ def boolean_selects(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
         with gm.graph.inserting_before(node):
             result = _spelled(gm.graph, new, condition, yes, no)
         fill_meta(new)
-        if result.meta["val"].shape != node.meta["val"].shape:  # never seen: the spelling broadcasts as where
+        if not _same_shape(result.meta["val"].shape, node.meta["val"].shape):  # never seen: it broadcasts as where
             for added in reversed(new):
                 gm.graph.erase_node(added)
             continue
@@ -41,6 +42,12 @@ def boolean_selects(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
         gm.graph.erase_node(node)
         modified = True
     return PassResult(gm, modified)  # run_pipeline lints and recompiles a modified graph
+
+
+def _same_shape(a: torch.Size, b: torch.Size) -> bool:
+    """Whether two shapes are provably equal, comparing symbolic sizes without a guard (``!=`` on
+    them would fix the dynamic dims at the example's)."""
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b, strict=True))
 
 
 def check(node: torch.fx.Node) -> str | None:
