@@ -1,4 +1,5 @@
-"""``scatter_reduce`` with ``mean``, and a float ``amax``/``amin`` without ``self``, in torch's values.
+"""``scatter_reduce`` with ``mean``, a float ``amax``/``amin`` without ``self``, and ``scatter(reduce=...)``,
+in torch's values.
 
 torch.onnx's translation writes ``scatter_reduce(..., "mean")`` as a plain ``ScatterElements``
 (ONNX has no mean reduction): the last value written wins. A per-voxel or per-class mean
@@ -11,6 +12,12 @@ For ``include_self=False`` the translation first sets the written positions to t
 float, so where every value written is -inf (a segment of masked scores) ``amax`` gave
 -3.4028235e38 where torch gives -inf. Here the written positions are set to -inf (+inf) by a
 plain scatter of that constant, and the reduction then includes them: the same maximum, -inf kept.
+
+``scatter(dim, index, src, reduce="add" | "multiply")`` (the older spelling, still in user code) had
+no translation at all ("No ONNX function found for aten.scatter.reduce"). By torch's definition it
+writes ``self[index] += src`` (``*=``), every index in turn: ``scatter_reduce`` with ``sum``
+(``prod``) and ``include_self=True``, which ONNX's ``ScatterElements`` reductions compute. A scalar
+``value`` is a tensor of it, shaped as ``index``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from fxdeploy.settings import Settings
 
 aten = torch.ops.aten
 SCATTER_REDUCE = aten.scatter_reduce.two
+OLD_SPELLING = (aten.scatter.reduce, aten.scatter.value_reduce)
+AS_REDUCE = {"add": "sum", "multiply": "prod"}
 START = {"amax": float("-inf"), "amin": float("inf")}
 
 
@@ -33,7 +42,12 @@ def scatter_reductions(gm: torch.fx.GraphModule, settings: Settings) -> PassResu
             continue
         new: list[torch.fx.Node] = []
         with gm.graph.inserting_before(node):
-            result = _mean(gm.graph, new, node) if node.args[4] == "mean" else _extremum(gm.graph, new, node)
+            if node.target in OLD_SPELLING:
+                result = _as_scatter_reduce(gm.graph, new, node)
+            elif node.args[4] == "mean":
+                result = _mean(gm.graph, new, node)
+            else:
+                result = _extremum(gm.graph, new, node)
         fill_meta(new)
         node.replace_all_uses_with(result)
         gm.graph.erase_node(node)
@@ -42,7 +56,11 @@ def scatter_reductions(gm: torch.fx.GraphModule, settings: Settings) -> PassResu
 
 
 def check(node: torch.fx.Node) -> str | None:
-    """None where ``node`` is a ``scatter_reduce`` whose ONNX translation is not torch's; else why not."""
+    """None where ``node`` is a ``scatter_reduce`` whose ONNX translation is not torch's, or a
+    ``scatter`` with ``reduce``, which has none; else why not."""
+    if node.op == "call_function" and node.target in OLD_SPELLING:
+        reduce = node.kwargs.get("reduce", node.args[4] if len(node.args) > 4 else None)
+        return None if reduce in AS_REDUCE else f"scatter with reduce={reduce!r}, which torch does not define"
     if node.op != "call_function" or node.target != SCATTER_REDUCE:
         return "not a scatter_reduce"
     reduce, include_self = node.args[4], _include_self(node)
@@ -83,4 +101,16 @@ def _extremum(graph: torch.fx.Graph, new: list[torch.fx.Node], node: torch.fx.No
     self, dim, index, src, reduce = node.args[:5]
     new.append(graph.call_function(aten.scatter.value, (self, dim, index, START[reduce])))
     new.append(graph.call_function(SCATTER_REDUCE, (new[-1], dim, index, src, reduce), {"include_self": True}))
+    return new[-1]
+
+
+def _as_scatter_reduce(graph: torch.fx.Graph, new: list[torch.fx.Node], node: torch.fx.Node) -> torch.fx.Node:
+    """``scatter(..., reduce=r)``: ``scatter_reduce`` of ``AS_REDUCE[r]``, ``self`` included."""
+    self, dim, index, src = node.args[:4]
+    reduce = node.kwargs.get("reduce", node.args[4] if len(node.args) > 4 else None)
+    if node.target == aten.scatter.value_reduce:
+        dtype = node.meta["val"].dtype
+        new.append(graph.call_function(aten.full_like.default, (index, src), {"dtype": dtype}))
+        src = new[-1]
+    new.append(graph.call_function(SCATTER_REDUCE, (self, dim, index, src, AS_REDUCE[reduce]), {"include_self": True}))
     return new[-1]

@@ -147,7 +147,8 @@ def test_translation_table() -> None:
     expected = {fxdeploy_ops.multiclass_nms.default, fxdeploy_ops.nms.default, fxdeploy_ops.batched_nms.default}
     softmax = {torch.ops.aten._softmax.default, torch.ops.aten.softmax.int}
     everywhere = {torch.ops.aten.softmax.int, torch.ops.aten.log_softmax.int, torch.ops.aten.log_sigmoid.default,
-                  torch.ops.aten.hypot.default, torch.ops.aten.sort.stable}
+                  torch.ops.aten.hypot.default, torch.ops.aten.sort.stable,
+                  torch.ops.aten.roll.default}  # a shift read from a size (roll.py)
     aten = torch.ops.aten
     shifts = {aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
               aten.bitwise_left_shift.Tensor_Scalar, aten.__rshift__.Scalar, aten.__rshift__.Tensor,

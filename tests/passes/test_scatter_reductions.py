@@ -1,4 +1,5 @@
-"""scatter_reductions: a scatter_reduce mean, and a float amax/amin without self, in torch's values."""
+"""scatter_reductions: a scatter_reduce mean, a float amax/amin without self, and scatter(reduce=...) (which had no
+ONNX translation), in torch's values."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fxdeploy.settings import Settings
 from tests.helpers import require_target
 from tests.passes.graphs import applied
 
+pytestmark = pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")  # the spelling tested
 Op = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 INF = float("inf")
 OPS: dict[str, Op] = {
@@ -28,7 +30,13 @@ OPS: dict[str, Op] = {
         1, i, s.masked_fill(s < 0, -INF), "amax", include_self=False),
     "amin_of_masked": lambda s, i: torch.zeros(s.shape[0], 4).scatter_reduce(
         1, i, s.masked_fill(s > 0, INF), "amin", include_self=False),
+    "scatter_add": lambda s, i: torch.ones(s.shape[0], 4).scatter(1, i, s, reduce="add"),
+    "scatter_multiply": lambda s, i: torch.full((s.shape[0], 4), 2.0).scatter(1, i, s, reduce="multiply"),
+    "scatter_value_add": lambda s, i: torch.ones(s.shape[0], 4).scatter(1, i, 1.5, reduce="add"),
+    "integer_scatter_multiply": lambda s, i: torch.full((s.shape[0], 4), 3, dtype=torch.long).scatter(
+        1, i, (s * 4).long(), reduce="multiply"),
 }
+OLD_SPELLINGS = [op for op in OPS if "scatter_" in op]
 
 
 class Reduce(torch.nn.Module):
@@ -55,6 +63,8 @@ def test_the_rewrite_gives_torchs_values(op: str) -> None:
     assert all(check(n) is not None for n in gm.graph.nodes)
     if "mean" in op:
         assert op_histogram(gm)["aten.scatter_add.default"] == 1
+    if op in OLD_SPELLINGS:
+        assert op_histogram(gm)["aten.scatter_reduce.two"] == 1
     assert torch.equal(gm(*inputs), model(*inputs))
 
 
@@ -82,3 +92,14 @@ def test_lowered_means_and_masked_maxima_are_eager(target: str) -> None:
     got, want = deployed(*_inputs(3)), model(*_inputs(3))
     assert torch.isneginf(want).any()
     assert torch.allclose(got, want, atol=1e-6, equal_nan=False)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_lowered_scatters_with_reduce_are_eager(target: str) -> None:
+    """``scatter(..., reduce="add" | "multiply")`` had no ONNX translation; now eager's at another batch."""
+    require_target(target)
+    model = Reduce(lambda s, i: torch.cat([OPS[op](s, i).float() for op in OLD_SPELLINGS], 1))
+    dynamic = {"s": {0: ("batch", 1, 4)}, "i": {0: ("batch", 1, 4)}}
+    deployed = fxdeploy.lower(model, _inputs(2), target=target, dynamic_shapes=dynamic)
+    got, want = deployed(*_inputs(3)), model(*_inputs(3))
+    assert torch.allclose(got, want, atol=1e-6)

@@ -38,7 +38,7 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload |
     rule (``histc.py``), ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``), and
     ``hypot``, ``fmax``/``fmin`` and a stable ``sort``, which torch.onnx lacks (``hypot.py``, ``fmax.py``, ``sort.py``),
     and floor division and remainder with torch's values (``division.py``; on OpenVINO for integers only),
-    a size's ``//`` with Python's floor (``division.py``).
+    a size's ``//`` with Python's floor (``division.py``), and ``roll`` by a shift read from a size (``roll.py``).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
     """
@@ -82,6 +82,7 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload | Callable, C
     from fxdeploy.lowering.onnx_translations.histc import histc
     from fxdeploy.lowering.onnx_translations.hypot import hypot
     from fxdeploy.lowering.onnx_translations.log_sigmoid import log_sigmoid
+    from fxdeploy.lowering.onnx_translations.roll import roll
     from fxdeploy.lowering.onnx_translations.shifts import left_shift, right_shift
     from fxdeploy.lowering.onnx_translations.softmax import (
         log_softmax_int,
@@ -103,6 +104,7 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload | Callable, C
         aten.fmax.default: fmax,
         aten.fmin.default: fmin,
         aten.sort.stable: sort_stable,
+        aten.roll.default: roll,
         operator.floordiv: division.size_floor_divide,  # a size's //: ONNX's integer Div truncates
     }
     suffix = "_openvino" if flavour == "openvino" else ""  # OpenVINO's Mod is not C's fmod (division.py)
