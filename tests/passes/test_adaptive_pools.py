@@ -90,3 +90,55 @@ def test_a_pool_to_a_third_of_a_dynamic_height_is_eagers(target: str) -> None:
     for h in (65, 131, 255):
         x = torch.randn(1, 2, h, 8)
         torch.testing.assert_close(deployed(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+class MaxPyramid(torch.nn.Module):
+    """Adaptive max pools: torch.onnx had no translation of them at any size."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (*[F.adaptive_max_pool2d(x, size) for size in (1, 3, (7, 5))], F.adaptive_max_pool1d(x.flatten(2), 5))
+
+
+class MaxIndices(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_max_pool2d(x, 3, return_indices=True)[1]
+
+
+def _nan_at_corners(h: int, w: int) -> torch.Tensor:
+    x = torch.randn(1, 2, h, w)
+    x[0, 0, 0, 0] = x[0, 1, h - 1, w // 2] = float("nan")
+    return x
+
+
+def test_max_pools_read_their_windows_with_nans_kept() -> None:
+    model = MaxPyramid()
+    gm = applied(adaptive_pools, _graph(model, torch.randn(1, 2, 128, 8), ({2: H, 3: W},)))
+    assert not [n for n in gm.graph.nodes if "adaptive_max_pool" in str(n.target)]
+    for h, w in SIZES:
+        x = _nan_at_corners(h, w)
+        for index, (got, want) in enumerate(zip(gm(x), model(x), strict=True)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=f"output {index} at {(h, w)}")
+
+
+def test_a_max_pool_whose_indices_are_read_stays() -> None:
+    gm = _graph(MaxIndices(), torch.randn(1, 2, 128, 8))
+    pool = next(n for n in gm.graph.nodes if "adaptive_max_pool" in str(n.target))
+    assert "indices are read" in check(pool)
+    assert not adaptive_pools(gm, Settings()).modified
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_lowered_max_pools_are_eagers(target: str, dynamic: bool) -> None:
+    """"No ONNX function found for aten.adaptive_max_pool2d", at any size; now eager's values, NaN
+    included (ONNX Runtime's ReduceMax skips it)."""
+    require_target(target)
+    import fxdeploy
+
+    model = MaxPyramid()
+    shapes = {"x": {2: ("h", 64, 256), 3: ("w", 8, 64)}} if dynamic else None
+    deployed = fxdeploy.lower(model, (torch.randn(1, 2, 128, 8),), target=target, dynamic_shapes=shapes)
+    for h, w in SIZES if dynamic else [(128, 8)]:
+        x = _nan_at_corners(h, w)
+        for index, (got, want) in enumerate(zip(deployed(x), model(x), strict=True)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=f"output {index} at {(h, w)}")
