@@ -109,6 +109,7 @@ class Checked:
 def compare(
     label: str, inputs: list[torch.Tensor], got: Any, want: Any, atol: float, target: str,
     rows: Sequence[RowsSpec | bool | int | None] | None = None, precision: str = "fp32",
+    example_shapes: Sequence[tuple[int, ...] | None] = (),
 ) -> Checked:
     """Max error over tensor leaves; raise LoweringError naming the shapes on any mismatch.
 
@@ -117,7 +118,8 @@ def compare(
     and IoU (fxdeploy.parity.compare_rows), every field checked on the pairs, and only what float
     noise can flip excused (fxdeploy.parity.excuses). Under fp16/bf16 they are not compared here,
     since a score that crosses a threshold legitimately changes the set; the reduced-precision
-    tolerance for detections is documented and tested instead.
+    tolerance for detections is documented and tested instead. ``example_shapes``: the artifact's
+    output shapes at the example, to say so when a size stayed there (fixed at capture).
     """
     shapes = [tuple(x.shape) for x in inputs]
     got_leaves, _ = pytree.tree_flatten(structure.dataclasses_to_dicts(got))
@@ -135,7 +137,8 @@ def compare(
             if have != ref:
                 raise LoweringError(f"{where}: output #{index} is {have!r}, eager gives {ref!r}")
             continue
-        _check_shape(have, ref, spec, f"{where}: output #{index}")
+        fixed = example_shapes[index] if index < len(example_shapes) else None
+        _check_shape(have, ref, spec, f"{where}: output #{index}", fixed)
         if spec is not None and spec.kind == "count":
             counts[index] = spec
         elif spec is not None and ref.dim() > 0:
@@ -167,13 +170,25 @@ def _spec(flag: RowsSpec | bool | int | None, ref: Any) -> RowsSpec | None:
     return RowsSpec(int(flag))
 
 
-def _check_shape(have: torch.Tensor, ref: torch.Tensor, spec: RowsSpec | None, where: str) -> None:
-    """Equal shapes; rows may differ in number (a flip), along their dim only."""
+def _check_shape(
+    have: torch.Tensor, ref: torch.Tensor, spec: RowsSpec | None, where: str, fixed: tuple[int, ...] | None = None
+) -> None:
+    """Equal shapes; rows may differ in number (a flip), along their dim only. A shape that
+    stayed the example's (``fixed``) while eager's moved is a size torch.export fixed at capture."""
     same = tuple(have.shape) == tuple(ref.shape)
     if not same and spec is not None and spec.kind not in ("count", "ranked") and have.dim() == ref.dim():
         same = all(have.shape[d] == ref.shape[d] for d in range(ref.dim()) if d != spec.dim)
-    if not same:
-        raise LoweringError(f"{where} has shape {tuple(have.shape)}, eager gives {tuple(ref.shape)}")
+    if same:
+        return
+    message = f"{where} has shape {tuple(have.shape)}, eager gives {tuple(ref.shape)}"
+    if fixed is not None and tuple(have.shape) == tuple(fixed) != tuple(ref.shape):
+        message += (
+            f". The artifact kept the size it had at the example ({tuple(fixed)}): torch.export fixes a size that "
+            "the model computes through Python numbers (int(round(h * r)), math.ceil, a float ratio) at the "
+            "example's value. Compute it from the input's shape with integer arithmetic (h * 64 // max(h, w)), "
+            "or keep that input dim static in dynamic_shapes"
+        )
+    raise LoweringError(message)
 
 
 def _count_trims(
@@ -204,6 +219,7 @@ def run_checks(
     skipped with a ``DimWarning``, and recorded as skipped: ``Deployed`` refuses those sizes.
     """
     results = []
+    example_shapes: list[tuple[int, ...] | None] = []
     for seed, (label, sizes) in enumerate(check_sizes(dims)):
         inputs = resized(examples, shapes, sizes, seed)
         input_shapes = [list(x.shape) for x in inputs]
@@ -218,7 +234,11 @@ def run_checks(
             else:
                 with torch.no_grad():
                     want = eager_fn(inputs)
-            checked = compare(label, inputs, deployed_fn(inputs), want, atol, target, detections, precision)
+            got = deployed_fn(inputs)
+            checked = compare(label, inputs, got, want, atol, target, detections, precision, example_shapes)
+        if label == "example":
+            leaves = pytree.tree_leaves(structure.dataclasses_to_dicts(got))
+            example_shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
         results.append(entry(label, inputs, checked))
     return results
 

@@ -119,6 +119,36 @@ def test_shape_specialized_model_fails_naming_the_dim() -> None:
         fxdeploy.lower(BakedBatch(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: ("batch", 1, 8)}})
 
 
+class Letterbox(torch.nn.Module):
+    """Resizes the longer side to 64, by a float ratio (``integer``: by integer arithmetic)."""
+
+    def __init__(self, integer: bool) -> None:
+        super().__init__()
+        self.integer = integer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        if self.integer:
+            size = (h * 64 // max(h, w), w * 64 // max(h, w))
+        else:
+            r = 64 / max(h, w)
+            size = (int(round(h * r)), int(round(w * r)))
+        return torch.nn.functional.interpolate(x, size=size, mode="bilinear")
+
+
+def test_a_size_fixed_at_the_example_by_python_numbers_is_refused_with_the_way_out() -> None:
+    """torch.export keeps h and w dynamic but bakes int(round(h * r)) in with no guard: the check
+    finds the artifact's size stuck at the example's and says how to compute it instead."""
+    x, dims = torch.rand(1, 4, 96, 80), {"x": {2: ("h", 64, 128), 3: ("w", 64, 128)}}
+    with pytest.raises(fxdeploy.LoweringError, match=r"\(1, 4, 64, 53\).*kept the size it had at the example.*"
+                       r"integer arithmetic.*static"):
+        fxdeploy.lower(Letterbox(integer=False), (x,), dynamic_shapes=dims)
+    deployed = fxdeploy.lower(Letterbox(integer=True), (x,), dynamic_shapes=dims)
+    for shape in [(1, 4, 64, 64), (1, 4, 128, 100)]:
+        y = torch.rand(shape)
+        torch.testing.assert_close(deployed(y), Letterbox(integer=False)(y), atol=1e-5, rtol=0)
+
+
 class _WrongAtOtherSizes(Executor):
     """An engine that is right only at the example batch size, as a broken lowering would be."""
 
