@@ -111,6 +111,11 @@ def _lower_stages(
                     stage.module, args, labels, names, out_dir, engine_files(s), fp16=fp16, batch=batch)
             except InputPassedThrough as exc:
                 raise LoweringError(f"{exc}{_on_the_host(stages)}; lower to torchscript or onnxruntime") from None
+            except LoweringError as exc:
+                if s == 0 or not _on_the_host(stages):
+                    raise
+                raise LoweringError(f"{exc} (stage {s} is the graph after the host's work{_on_the_host(stages)})"
+                                    ) from exc
         else:
             work = _write_host(stage.module, out_dir / f"host.{s}.pt")
         planned.append(Stage(tuple(stage.inputs), work))

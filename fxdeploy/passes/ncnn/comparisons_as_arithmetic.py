@@ -22,8 +22,11 @@ PyTorch's comparison is False and this is NaN. ncnn itself flushes subnormals to
 engine two values closer than 2**-126 compare equal; PyTorch's rewritten graph does not.
 
 Fires where every reader of the comparison takes it as float32 numbers: a cast to float32
-(``.float()``, ``.to(x)``) or a product with float32 values (which reads a bool as 0 and 1).
-Otherwise (a ``where``, an index, a bool output) it is left with the reason: the host runs it.
+(``.float()``, ``.to(x)``) or a product with float32 values (which reads a bool as 0 and 1), or
+bool logic whose own readers do: ``&``/``*`` of two such masks is their product, ``|`` their
+maximum, ``^`` the absolute difference and ``~`` one minus the mask, exact on 0s and 1s. That is
+YOLO-seg's box crop, ``masks * ((r >= x1) * (r < x2) * (c >= y1) * (c < y2))``. Otherwise (a
+``where``, an index, a bool output) it is left with the reason: the host runs it.
 """
 
 from __future__ import annotations
@@ -50,47 +53,85 @@ _FORMS = {  # comparison -> (which difference, negated)
 }
 
 
+_LOGIC = {  # bool logic of two 0/1 masks (one, for not) -> its float spelling
+    aten.logical_and.default: aten.mul.Tensor, aten.bitwise_and.Tensor: aten.mul.Tensor,
+    aten.mul.Tensor: aten.mul.Tensor, aten.logical_or.default: aten.maximum.default,
+    aten.bitwise_or.Tensor: aten.maximum.default, aten.logical_xor.default: aten.sub.Tensor,
+    aten.bitwise_xor.Tensor: aten.sub.Tensor, aten.logical_not.default: aten.rsub.Scalar,
+    aten.bitwise_not.default: aten.rsub.Scalar, aten.__and__.Tensor: aten.mul.Tensor,
+    aten.__or__.Tensor: aten.maximum.default, aten.__xor__.Tensor: aten.sub.Tensor,
+}
+
+
 def comparisons_as_arithmetic(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
-    bounds: dict[Node, float] | None = None
-    modified = False
+    masks = _spellable(gm)
+    spelled: dict[Node, Node] = {}
     for node in list(gm.graph.nodes):
-        packet = getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
-        if packet not in _FORMS:
-            continue
-        bounds = value_bounds(gm) if bounds is None else bounds
-        reason = check(node, bounds)
-        if reason is not None:
-            logger.debug("comparisons_as_arithmetic: %s stays a %s: %s", call_site(node), node.target, reason)
+        if node not in masks:
             continue
         before = set(gm.graph.nodes)
         with gm.graph.inserting_before(node):
-            mask = _mask(gm.graph, node, *_FORMS[packet])
+            spelled[node] = _spelled(gm.graph, node, spelled)
         fill_meta([n for n in gm.graph.nodes if n not in before])
+    for node, mask in spelled.items():
         for user in list(node.users):
+            if user in spelled:
+                continue
             if user.target in _CASTS:
                 user.replace_all_uses_with(mask)
                 gm.graph.erase_node(user)
             else:
                 user.replace_input_with(node, mask)
+    for node in reversed(list(spelled)):
         gm.graph.erase_node(node)
-        modified = True
-    return PassResult(gm, modified)  # run_pipeline lints and recompiles a modified graph
+    return PassResult(gm, bool(spelled))  # run_pipeline lints and recompiles a modified graph
+
+
+def _spellable(gm: torch.fx.GraphModule) -> list[Node]:
+    """The comparisons, and the bool logic of them, whose every reader takes 0/1 float32 numbers,
+    in graph order; each comparison left is logged with the reason."""
+    bounds: dict[Node, float] | None = None
+    found: dict[Node, str | None] = {}  # node -> why it stays (None: spelled so far)
+    for node in gm.graph.nodes:
+        packet = getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
+        if packet in _FORMS:
+            bounds = value_bounds(gm) if bounds is None else bounds
+            found[node] = check(node, bounds) or (None if node.users else "nothing reads it")
+        elif _is_logic(node, found):
+            found[node] = None
+    changed = True
+    while changed:  # a node read by one that stays stays too
+        changed = False
+        for node in [n for n, reason in found.items() if reason is None]:
+            bad = next((u for u in node.users if found.get(u, "") is not None and _reader(node, u) is not None), None)
+            if bad is not None:
+                why = f"stays bool: {found[bad]}" if bad in found else _reader(node, bad)
+                found[node], changed = f"{bad.format_node()} {why}", True
+    for node, reason in found.items():
+        if reason is not None and node.target not in _LOGIC:
+            logger.debug("comparisons_as_arithmetic: %s stays a %s: %s", call_site(node), node.target, reason)
+    return [node for node, reason in found.items() if reason is None]
+
+
+def _is_logic(node: Node, found: dict[Node, str | None]) -> bool:
+    """Bool logic of comparisons (or of logic of them), every operand one."""
+    if node.op != "call_function" or node.target not in _LOGIC:
+        return False
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.bool:
+        return False
+    operands = node.args[:1] if node.target in (aten.logical_not.default, aten.bitwise_not.default) else node.args[:2]
+    return len(node.args) == len(operands) and not node.kwargs and all(a in found for a in operands)
 
 
 def check(node: Node, bounds: dict[Node, float]) -> str | None:
-    """None when ``node`` is a float32 comparison that this spells exactly for its readers; else why not."""
+    """None when ``node`` compares float32 operands this spells exactly; else why not."""
     a, b = node.args[0], node.args[1]
     if not _is_float32(a) or not (_is_float32(b) or isinstance(b, int | float) and not isinstance(b, bool)):
         return "its operands are not float32 tensors (or a float32 tensor and a number)"
     if operand_bound(a, bounds) is None and operand_bound(b, bounds) is None:
         return ("neither operand is known to be finite (an infinity minus itself is NaN): compare with a "
                 "number, or a sigmoid or clamp of the value")
-    if not node.users:
-        return "nothing reads it"
-    for user in node.users:
-        reason = _reader(node, user)
-        if reason is not None:
-            return f"{user.format_node()} {reason}"
     return None
 
 
@@ -108,6 +149,20 @@ def _reader(node: Node, user: Node) -> str | None:
         readable = _is_float32(other) or isinstance(other, int | float) and not isinstance(other, bool)
         return None if float32 and readable and other is not node else "multiplies it with a value that is not float32"
     return "reads it as a bool (only a cast to float32 or a product with float32 values reads 0/1 numbers)"
+
+
+def _spelled(graph: torch.fx.Graph, node: Node, spelled: dict[Node, Node]) -> Node:
+    """The float32 0/1 mask of a comparison, or of bool logic of masks already spelled."""
+    if node.target not in _LOGIC:
+        packet = node.target.overloadpacket
+        return _mask(graph, node, *_FORMS[packet])
+    args = [spelled[a] for a in node.args]
+    target = _LOGIC[node.target]
+    if target is aten.rsub.Scalar:
+        return graph.call_function(target, (args[0], 1.0))
+    if target is aten.sub.Tensor:
+        return graph.call_function(aten.abs.default, (graph.call_function(target, tuple(args)),))
+    return graph.call_function(target, tuple(args))
 
 
 def _is_float32(value: Any) -> bool:

@@ -10,9 +10,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import fxdeploy
 from fxdeploy.passes import op_histogram
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
 from fxdeploy.settings import Settings
+from tests.helpers import require_target
 from tests.passes.graphs import applied, build
 
 aten = torch.ops.aten
@@ -162,3 +164,81 @@ def test_comparisons_it_cannot_spell_exactly_stay_with_the_reason(
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,),
                     strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+
+
+LOGIC = {"and": aten.__and__.Tensor, "logical_and": aten.logical_and.default, "product": aten.mul.Tensor,
+         "or": aten.__or__.Tensor, "logical_or": aten.logical_or.default, "xor": aten.__xor__.Tensor,
+         "bitwise_xor": aten.bitwise_xor.Tensor}
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=st.sampled_from(COMPARISONS), second=st.sampled_from(COMPARISONS), logic=st.sampled_from(sorted(LOGIC)),
+       negate=st.booleans(), pairs=st.lists(st.tuples(st.integers(0, len(EDGES) - 1), st.integers(0, len(EDGES) - 1)),
+                                            min_size=1, max_size=12))
+def test_bool_logic_of_comparisons_read_as_numbers_keeps_every_bit(
+    first: object, second: object, logic: str, negate: bool, pairs: list[tuple[int, int]]
+) -> None:
+    """``(a op1 b) logic (b op2 a)``, maybe negated, read by a product: the masks' product, maximum,
+    difference and complement are exact on 0s and 1s, whatever the comparisons give."""
+
+    def body(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> torch.fx.Node:
+        finite = g.call_function(aten.clamp.default, (xs[0], -BOUND, BOUND))
+        both = g.call_function(LOGIC[logic], (g.call_function(first.Tensor, (finite, xs[1])),
+                                              g.call_function(second.Tensor, (xs[1], finite))))
+        mask = g.call_function(aten.bitwise_not.default, (both,)) if negate else both
+        return g.call_function(aten.mul.Tensor, (xs[1], mask))
+
+    x0, x1 = edge_tensor([p[0] for p in pairs]), edge_tensor([p[1] for p in pairs])
+    gm = build(body, 2, [torch.zeros(len(pairs)), torch.zeros(len(pairs))])
+    want = gm(x0, x1)
+    rewritten = applied(comparisons_as_arithmetic, gm)
+    assert not {"aten.__and__.Tensor", "aten.bitwise_not.default", f"{first}.Tensor"} & set(op_histogram(rewritten))
+    bitwise_same(rewritten(x0, x1), want)
+
+
+def logic_read_as_bool(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> tuple[torch.fx.Node, torch.fx.Node]:
+    both = g.call_function(aten.__and__.Tensor, (g.call_function(aten.gt.Scalar, (xs[0], 0.5)),
+                                                 g.call_function(aten.lt.Scalar, (xs[0], 0.75))))
+    return g.call_function(aten.where.self, (both, xs[0], xs[1])), g.call_function(aten.mul.Tensor, (xs[1], both))
+
+
+def test_logic_that_another_reader_takes_as_bool_keeps_its_comparisons(caplog: pytest.LogCaptureFixture) -> None:
+    x = [torch.tensor([0.0, 0.6, 1.0]), torch.tensor([1.0, 2.0, 3.0])]
+    gm = build(logic_read_as_bool, 2, x)
+    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.ncnn.comparisons_as_arithmetic"):
+        assert not comparisons_as_arithmetic(gm, Settings()).modified
+    assert "stays bool" in caplog.text and "reads it as a bool" in caplog.text
+
+
+class BoxCrop(torch.nn.Module):
+    """Prototype masks cropped to boxes as YOLO-seg's ``crop_mask`` writes it (bool products), and
+    with ``&`` and ``|``, at a dynamic height and width."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.register_buffer("boxes", torch.tensor([[0, 0, 0.5, 0.5], [0.25, 0.2, 1, 1], [0, 0.5, 1, 0.9],
+                                                    [0.1, 0.1, 0.9, 0.6]]))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        masks = self.conv(x).sigmoid()
+        h, w = masks.shape[-2:]
+        x1, y1, x2, y2 = (self.boxes[:, i, None, None] for i in range(4))
+        r = torch.arange(w, dtype=torch.float32)[None, None, :] / w
+        c = torch.arange(h, dtype=torch.float32)[None, :, None] / h
+        crop = masks * ((r >= x1) * (r < x2) * (c >= y1) * (c < y2))
+        outside = masks * ~((r >= x1) & (r < x2) | (c > 0.5))
+        return crop, outside
+
+
+def test_a_box_crop_of_masks_runs_on_ncnn_at_a_dynamic_size() -> None:
+    """pnnx writes the comparisons and bool logic as Tensor.to and friends, which ncnn has no
+    layers for: lowering refused before this pass spelled the logic too."""
+    require_target("ncnn")
+    model = BoxCrop().eval()
+    deployed = fxdeploy.lower(model, (torch.rand(1, 3, 64, 48),), target="ncnn",
+                              dynamic_shapes={"x": {2: ("h", 32, 96), 3: ("w", 32, 96)}})
+    for shape in [(1, 3, 40, 72), (1, 3, 96, 32), (1, 3, 33, 57)]:
+        x = torch.rand(shape)
+        for got, want in zip(deployed(x), model(x), strict=True):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
