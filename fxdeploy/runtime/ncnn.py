@@ -220,7 +220,7 @@ def _per_image(array: np.ndarray, shape: tuple[int, ...], blob: str) -> np.ndarr
 
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "int32": torch.int32,
-           "bool": torch.bool}
+           "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool}
 
 
 def _dtype(name: str) -> torch.dtype:

@@ -157,3 +157,32 @@ def test_queries_stacked_per_image_give_each_image_its_own_rows(tmp_path) -> Non
             want = model(ids, image)
         for runner in (deployed, loaded):
             torch.testing.assert_close(runner(ids, image), want, rtol=1e-4, atol=1e-4)
+
+
+class Palette(nn.Module):
+    """A segmentation map coloured by class: a uint8 palette indexed by the argmax, an RGB image out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3, padding=1)
+        colours = [[0, 0, 0], [255, 0, 0], [0, 255, 128], [7, 8, 9], [255, 255, 255]]
+        self.register_buffer("palette", torch.tensor(colours, dtype=torch.uint8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.palette[self.conv(x).argmax(1)]
+
+
+def test_a_uint8_output_comes_back_as_uint8(tmp_path) -> None:
+    """ncnn computes in float32, which holds every 8- and 16-bit integer: the output is cast back
+    (it was refused, "has dtype torch.uint8", before)."""
+    require_target("ncnn")
+    model = Palette().eval()
+    deployed = fxdeploy.lower(model, (torch.rand(1, 3, 24, 20),), target="ncnn",
+                              dynamic_shapes={"x": {0: ("batch", 1, 4), 2: ("h", 16, 48), 3: ("w", 16, 48)}})
+    deployed.save(tmp_path / "palette")
+    loaded = fxdeploy.load(tmp_path / "palette")
+    for shape in [(1, 3, 24, 20), (3, 3, 48, 17)]:
+        x = torch.rand(shape)
+        want = model(x)
+        for got in (deployed(x), loaded(x)):
+            assert got.dtype == torch.uint8 and torch.equal(got, want)
