@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import torch
@@ -58,8 +59,9 @@ def apply(export_shapes: Any, fixes: dict[str, str]) -> tuple[Any, list[str]] | 
     declared = {dim.__name__: dim for dim in _dims(export_shapes)}
     roots: dict[str, Any] = dict(declared)
     built: dict[str, Any] = {}
+    limits = _root_limits(fixes, declared)
     for name, expr in sorted(fixes.items(), key=lambda item: not _DIM.match(item[1])):  # new roots first
-        value = _build(expr, roots, declared.get(name))
+        value = _build(expr, roots, declared.get(name, limits.get(name)))
         if value is _UNKNOWN:
             return None
         built[name] = roots[name] = value
@@ -177,6 +179,24 @@ def _build(expr: str, roots: dict[str, Any], declared: Any) -> Any:
     if match["b"]:
         dim = dim + int(match["b"]) if match["sign"] == "+" else dim - int(match["b"])
     return dim
+
+
+def _root_limits(fixes: dict[str, str], declared: dict[str, Any]) -> dict[str, Any]:
+    """The range a new root must keep so that each declared dim derived from it (``h = 2*_h``) stays
+    within its declared range: ``_h`` in [2, 32] for h in [4, 64], where the fix alone ([0, 32])
+    let the artifact take (and lower()'s check run) an h of 2 that the deployer ruled out."""
+    limits: dict[str, tuple[int, int]] = {}
+    for name, expr in fixes.items():
+        match = _DERIVED.match(expr)
+        if match is None or name not in declared or match["root"] in declared:
+            continue
+        a, b = int(match["a"] or 1), int(match["b"] or 0) * (-1 if match["sign"] == "-" else 1)
+        low, high = getattr(declared[name], "min", 0), finite_or(getattr(declared[name], "max", INT_MAX), INT_MAX)
+        root_low = max(0, -((b - low) // a))  # ceil((low - b) / a)
+        root_high = (high - b) // a if high < INT_MAX else INT_MAX
+        was = limits.get(match["root"], (0, INT_MAX))
+        limits[match["root"]] = (max(was[0], root_low), min(was[1], root_high))
+    return {root: SimpleNamespace(min=low, max=high) for root, (low, high) in limits.items()}
 
 
 def _describe(name: str, declared: Any, value: Any, expr: str) -> str:

@@ -20,7 +20,8 @@ from fxdeploy.partition import EngineOutput
 from fxdeploy.passes.graph_utils import call_site
 
 MAX_RANK = 4  # an ncnn Mat holds at most w, h, d, c per image
-OUTPUT_DTYPES = (torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+OUTPUT_DTYPES = (torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                 torch.bool)
 
 
 def _not_float(label: str, node: torch.fx.Node, dtype: torch.dtype) -> str:

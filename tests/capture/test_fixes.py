@@ -69,6 +69,30 @@ def test_a_multiple_that_the_model_needs_is_applied_warned_recorded_and_enforced
         deployed(torch.rand(2, 70))
 
 
+class EvenHeight(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._assert(x.shape[2] % 2 == 0, "even height")
+        return x * 2
+
+
+def test_a_new_root_keeps_the_declared_range_of_the_dim_made_from_it() -> None:
+    """h declared [4, 64] becomes 2*_h: _h is [2, 32], not torch's [0, 32], so an h of 2 (below
+    what the deployer declared) is neither checked nor taken, and no second warning says that
+    torch.export narrowed a dim nobody declared."""
+    h = torch.export.Dim("h", min=4, max=64)
+    shapes, _ = fixes.apply({"x": {2: h}}, {"_h": "Dim('_h', max=32)", "h": "2*_h"})
+    assert str(shapes["x"][2]) == str(2 * torch.export.Dim("_h", min=2, max=32))
+    with pytest.warns(fixes.DimWarning) as warned:
+        deployed = fxdeploy.lower(EvenHeight(), (torch.rand(1, 3, 8, 8),), target="onnxruntime",
+                                  dynamic_shapes={"x": {2: ("h", 4, 64)}})
+    assert [str(w.message) for w in warned] == [
+        "dim 'h' declared [4, 64] becomes 2*_h, torch.export's suggested fix, applied"]
+    assert deployed.manifest["dims"]["_h"]["min"] == 2
+    with pytest.raises(fxdeploy.InputError, match=r"_h must be in \[2, 32\]"):
+        deployed(torch.rand(1, 3, 2, 8))
+    torch.testing.assert_close(deployed(torch.rand(1, 3, 64, 8)).shape, torch.Size([1, 3, 64, 8]))
+
+
 def test_a_minimum_the_model_checks_narrows_the_range_and_calls_below_it_are_refused() -> None:
     with pytest.warns(fixes.DimWarning, match=r"dim 'batch' declared \[1, 8\] becomes .*\(\[3, 8\]\)"):
         deployed = fxdeploy.lower(AtLeastThree(), (torch.rand(4, 3),), target="onnxruntime",
