@@ -99,7 +99,7 @@ class NcnnExecutor(Executor):
             images = [np.ascontiguousarray(array[i : i + 1] if batched else array[i])
                       for array, i in ((a, 0 if k in shared else b) for k, a in enumerate(arrays))]
             mats = [self._ncnn.Mat(image) for image in images]
-            mats = [mat.clone() if copy else mat for mat, (_, copy) in zip(mats, blobs, strict=True)]
+            mats = [mat.clone() if copy or _unaligned(mat) else mat for mat, (_, copy) in zip(mats, blobs, strict=True)]
             for (blob, _), mat in zip(blobs, mats, strict=True):
                 if extractor.input(blob, mat) != 0:
                     raise RuntimeError(f"ncnn: cannot set input blob {blob} for image {b}")
@@ -109,6 +109,15 @@ class NcnnExecutor(Executor):
                     raise RuntimeError(f"ncnn: extracting blob {blob} failed with code {code} for image {b}")
                 rows[k].append(_per_image(np.array(mat), shape, blob))
         return [torch.from_numpy(_stack(r)).to(dtype) for r, (_, _, dtype) in zip(rows, outputs, strict=True)]
+
+
+def _unaligned(mat: Any) -> bool:
+    """A Mat that wraps a numpy array has its channels packed tight (a step of w * h values); ncnn's
+    own Mats start each channel 16 bytes aligned, and some layers assume so where they read a
+    channel range of an input (Crop or Slice on channels, then PixelShuffle, Interp or MaxPool: wrong
+    values at every image with w * h not a multiple of 4, in ncnn 1.0.20261020). Such inputs are
+    copied into a Mat of ncnn's own (``clone``), whose channels are aligned."""
+    return mat.dims >= 3 and mat.w * mat.h * getattr(mat, "d", 1) * mat.elemsize % 16 != 0
 
 
 EXACT = 2**24

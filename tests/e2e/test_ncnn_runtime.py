@@ -1,4 +1,5 @@
-"""The ncnn executor: inputs whose first layer works in place, and artifacts saved before stages."""
+"""The ncnn executor: inputs whose first layer works in place, inputs whose channels a layer reads
+as a range, and artifacts saved before stages."""
 
 from __future__ import annotations
 
@@ -45,6 +46,30 @@ def test_an_input_that_its_first_layer_overwrites_is_copied_not_crashed_on() -> 
         want = model(fresh_x, fresh_y)
     assert float((got - want).abs().max()) < 1e-4
     assert torch.equal(fresh_x, kept_x) and torch.equal(fresh_y, kept_y)
+
+
+class ChannelRanges(nn.Module):
+    """Channels of the input itself, taken by a slice and a chunk (ncnn's Crop and Slice), then
+    shuffled, pooled and upsampled."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        first, second = x[:, :8].chunk(2, 1)
+        return (nn.functional.pixel_shuffle(x[:, 1:5], 2), nn.functional.max_pool2d(first, 3, 1, 1),
+                nn.functional.interpolate(second, scale_factor=2.0, mode="nearest"))
+
+
+def test_channel_ranges_of_an_input_at_sizes_whose_area_is_not_a_multiple_of_4() -> None:
+    """A Mat that wraps the numpy array packs its channels tight, where these layers expect each
+    channel 16 bytes aligned: every value was wrong at 7 x 9, and lower()'s check (at 8 x 10,
+    6 x 6 and 16 x 16) could not see it."""
+    require_ncnn()
+    model = ChannelRanges().eval()
+    deployed = fxdeploy.lower(model, (torch.rand(2, 9, 8, 10),), target="ncnn",
+                              dynamic_shapes={"x": {0: ("batch", 1, 4), 2: ("h", 6, 16), 3: ("w", 6, 16)}})
+    for shape in [(1, 9, 7, 9), (3, 9, 6, 7), (2, 9, 13, 11), (1, 9, 16, 16)]:
+        x = torch.rand(shape)
+        for got, want in zip(deployed(x), model(x), strict=True):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
 
 
 def test_an_artifact_saved_with_one_head_and_one_tail_still_loads(tmp_path: Path) -> None:
