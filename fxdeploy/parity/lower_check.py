@@ -17,7 +17,7 @@ from fxdeploy.capture import Captured, eval_mode, fixes, substitution
 from fxdeploy.capture.nested_encoder import eager_nested_quiet
 from fxdeploy.deployed import Deployed
 from fxdeploy.errors import FxDeployError, InferenceError, LoweringError, first_line, user_stacklevel
-from fxdeploy.parity import closeness, rows, verify
+from fxdeploy.parity import closeness, referee, rows, verify
 from fxdeploy.settings import Settings
 from fxdeploy.stages import stage
 
@@ -38,6 +38,7 @@ def check_artifact(
         deployed.manifest["info"]["original_check"] = {"shapes": [list(x.shape) for x in example], "excused": excused}
     if captured.per_image is not None:
         return _verify_per_image(deployed, captured, model, subs, settings, leaves, atol)
+    float64 = None
     if captured.mode == "strict" and captured.substitutions:
         # dynamo-only function substitutions: eager cannot apply them, so the reference is the
         # captured graph run by PyTorch, compared with the raw engine outputs.
@@ -51,6 +52,7 @@ def check_artifact(
         flags = rows.specs([leaf for leaf in leaves if leaf["kind"] != "constant"])
     else:
         eager_fn = _eager_call(model, captured, subs)
+        float64 = referee.in_float64(model, lambda copy: _eager_call(copy, captured, subs))
 
         def deployed_fn(inputs: list[torch.Tensor]) -> Any:
             return deployed.call_flat(inputs, unpack=False)
@@ -61,7 +63,7 @@ def check_artifact(
         return verify.run_checks(
             deployed.target, captured.dims, captured.example_inputs, captured.input_shapes,
             deployed_fn, eager_fn, atol, flags, settings.precision, example_want,
-            captured.input_names, captured.guards,
+            captured.input_names, captured.guards, float64,
         )
 
     try:
