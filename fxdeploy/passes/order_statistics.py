@@ -40,8 +40,15 @@ def order_statistics(gm: torch.fx.GraphModule, settings: Settings) -> PassResult
             new.append(graph.call_function(operator.getitem, (new[-1], 0)))
             value = x.meta["val"]
             size = value.numel() if whole else value.shape[dim]
-            at = (size - 1) // 2 if k is None else k - 1
-            new.append(graph.call_function(aten.select.int, (new[-1], dim, at)))
+            sorted_values = new[-1]
+            if k is None and not isinstance(size, int):  # the lower median's place, at run time
+                new.append(graph.call_function(aten.sym_size.int, (source, dim)))
+                new.append(graph.call_function(operator.sub, (new[-1], 1)))
+                new.append(graph.call_function(operator.floordiv, (new[-1], 2)))
+                at = new[-1]
+            else:
+                at = (size - 1) // 2 if k is None else k - 1
+            new.append(graph.call_function(aten.select.int, (sorted_values, dim, at)))
             if k is None and value.is_floating_point():  # a median: NaN where the row holds one
                 new.append(graph.call_function(aten.isnan.default, (source,)))
                 new.append(graph.call_function(aten.any.dim, (new[-1], dim)))
@@ -72,12 +79,12 @@ def check(node: torch.fx.Node) -> str | None:
     value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     if not isinstance(value, torch.Tensor) or value.dim() == 0 and node.target is not aten.median.default:
         return "no input shape recorded, or a 0-d input"
-    if node.target is aten.median.default and not isinstance(value.numel(), int):
-        return "a median of all elements at a dynamic size"
     size = value.numel() if node.target is aten.median.default else value.shape[dim]
-    if not isinstance(size, int) or size == 0:
-        return "the reduced dim is dynamic or empty: the selected position must be known"
-    if k is not None and not (isinstance(k, int) and 1 <= k <= size):
+    if isinstance(size, int) and size == 0:
+        return "the reduced dim is empty"
+    if k is not None and not isinstance(size, int) and not (isinstance(k, int) and k >= 1):
+        return f"k={k!r} is not a number of at least 1"
+    if k is not None and isinstance(size, int) and not (isinstance(k, int) and 1 <= k <= size):
         return f"k={k!r} is not in [1, {size}]"
     return None
 

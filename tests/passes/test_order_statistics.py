@@ -62,7 +62,6 @@ def test_values_are_torchs(case: str) -> None:
     [
         (lambda x: x.median(dim=1).indices, None, "indices are read"),
         (lambda x: x.kthvalue(2, dim=1), None, "indices are read"),
-        (lambda x: x.median(dim=0).values, ({0: torch.export.Dim("n", min=2, max=9)},), "dynamic or empty"),
     ],
 )
 def test_what_it_cannot_give_exactly_stays(fn: Callable[[torch.Tensor], object], shapes: object, reason: str) -> None:
@@ -80,5 +79,37 @@ def test_a_median_threshold_runs_on_the_onnx_runtimes(target: str) -> None:
     deployed = fxdeploy.lower(model, (values()[:2],), target=target, dynamic_shapes={"x": {0: ("batch", 1, 4)}})
     assert "order_statistics" in deployed.report.fired
     for y in (values(), values()[:1]):
+        for got, want in zip(deployed(y), model(y), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+DYNAMIC: dict[str, Callable[[torch.Tensor], object]] = {
+    "median_rows": lambda x: x.median(dim=1).values,
+    "median_all": lambda x: x.median(),
+    "kth": lambda x: x.kthvalue(2, dim=1, keepdim=True).values,
+}
+
+
+@pytest.mark.parametrize("case", list(DYNAMIC))
+def test_a_dynamic_reduced_dim_selects_at_its_run_time_size(case: str) -> None:
+    """The lower median is element (n - 1) // 2 of n, n read at run time: even and odd n alike
+    (refused before, "the reduced dim is dynamic")."""
+    fn = DYNAMIC[case]
+    gm = applied(order_statistics, _graph(fn, values(), ({0: torch.export.Dim("m", min=1, max=9),
+                                                         1: torch.export.Dim("n", min=2, max=9)},)))
+    assert not any("median" in k or "kthvalue" in k for k in op_histogram(gm)), op_histogram(gm)
+    for rows, columns in [(4, 7), (3, 2), (1, 8), (9, 9)]:
+        y = values().repeat(3, 2)[:rows, :columns]
+        torch.testing.assert_close(gm(y), fn(y), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_a_median_over_a_dynamic_dim_runs_on_the_onnx_runtimes(target: str) -> None:
+    require_target(target)
+    model = Fn(lambda x: (x - x.median(dim=-1, keepdim=True).values, x.kthvalue(1, dim=-1).values))
+    deployed = fxdeploy.lower(model, (values(),), target=target,
+                              dynamic_shapes={"x": {0: ("batch", 1, 8), 1: ("n", 2, 16)}})
+    for rows, columns in [(4, 7), (2, 6), (8, 13)]:
+        y = values().repeat(2, 3)[:rows, :columns]
         for got, want in zip(deployed(y), model(y), strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
