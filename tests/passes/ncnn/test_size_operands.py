@@ -1,0 +1,73 @@
+"""size_operands: a float32 tensor's arithmetic with a run-time size (``x / (h - 1)``) takes the size
+as a filled tensor, which the cut makes on the host; pnnx had left ``div(@0,sub(size(@0,2),1))`` as a
+``pnnx.Expression`` that ncnn cannot run, and lower() refused the graph."""
+
+from __future__ import annotations
+
+import torch
+
+from fxdeploy.passes.ncnn.size_operands import check, size_operands
+from fxdeploy.passes.remove_asserts import remove_asserts
+from fxdeploy.settings import Settings
+from tests.helpers import require_target
+from tests.passes.graphs import applied
+
+aten = torch.ops.aten
+SHAPES = {"x": {2: ("h", 32, 128), 3: ("w", 32, 128)}}
+SIZES = ((64, 64), (40, 40), (33, 57), (96, 70), (128, 128))
+
+
+class Normalized(torch.nn.Module):
+    """Coordinates normalized by the image's size, and a scale by its width."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, w = x.shape[2], x.shape[3]
+        return x / (h - 1), (x + w) * (w / 2) - h
+
+
+def _graph(model: torch.nn.Module) -> torch.fx.GraphModule:
+    h, w = torch.export.Dim("h", min=32, max=128), torch.export.Dim("w", min=32, max=128)
+    program = torch.export.export(model, (torch.randn(1, 3, 64, 64),), dynamic_shapes={"x": {2: h, 3: w}})
+    return remove_asserts(program.module(check_guards=False), Settings()).graph_module
+
+
+def _arithmetic(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    ops = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor)
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in ops]
+
+
+def test_each_operand_of_a_size_is_a_filled_tensor_and_the_values_are_eagers_bit_for_bit() -> None:
+    model = Normalized()
+    gm = _graph(model)
+    assert [check(n) for n in _arithmetic(gm)] == [None] * 4
+    gm = applied(size_operands, gm)
+    assert all(check(n) == "its second operand is not a run-time size" for n in _arithmetic(gm))
+    for size in SIZES:
+        x = torch.randn(1, 3, *size)
+        for got, want in zip(gm(x), model(x), strict=True):
+            assert torch.equal(got, want), size
+
+
+def test_only_a_float32_tensor_by_a_size_is_taken() -> None:
+    graph = torch.fx.Graph()
+    x, n = graph.placeholder("x"), graph.placeholder("n")
+    x.meta["val"], n.meta["val"] = torch.zeros(2, 3, dtype=torch.float16), 3
+    half = graph.call_function(aten.div.Tensor, (x, n))
+    assert check(half) == "its first operand is not a float32 tensor of rank 1 or more"
+    x.meta["val"] = torch.zeros(2, 3)
+    assert check(graph.call_function(aten.div.Tensor, (x, n))) == "its second operand is not a run-time size"
+    assert check(graph.call_function(aten.div.Tensor_mode, (x, n), {"rounding_mode": "floor"})).startswith("not a")
+
+
+def test_a_division_by_the_height_is_eagers_on_ncnn_at_every_size() -> None:
+    require_target("ncnn")
+    import fxdeploy
+
+    model = Normalized().eval()
+    deployed = fxdeploy.lower(model, (torch.randn(1, 3, 64, 64),), target="ncnn", dynamic_shapes=SHAPES)
+    for size in SIZES:
+        x = torch.randn(1, 3, *size)
+        with torch.no_grad():
+            for got, want in zip(deployed(x), model(x), strict=True):
+                assert got.shape == want.shape, size
+                assert float((got - want).abs().max()) <= 1e-4 * max(1.0, float(want.abs().max())), size
