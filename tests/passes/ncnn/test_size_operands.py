@@ -1,6 +1,7 @@
-"""size_operands: a float32 tensor's arithmetic with a run-time size (``x / (h - 1)``) takes the size
-as a filled tensor, which the cut makes on the host; pnnx had left ``div(@0,sub(size(@0,2),1))`` as a
-``pnnx.Expression`` that ncnn cannot run, and lower() refused the graph."""
+"""size_operands: a tensor's arithmetic or comparison with a run-time size (``x / (h - 1)``, ``(w - 1) - x``,
+``x % w``, ``x > h``) takes the size as a filled tensor, which the cut makes on the host. pnnx had left
+``div(@0,sub(size(@0,2),1))`` as a ``pnnx.Expression`` that ncnn cannot run, and torch.jit.trace failed
+on the ``Scalar`` ops ("Expected a value of type 'number'"): lower() refused the graph."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ SIZES = ((64, 64), (40, 40), (33, 57), (96, 70), (128, 128))
 
 
 class Normalized(torch.nn.Module):
-    """Coordinates normalized by the image's size, and a scale by its width."""
+    """Coordinates normalized by the image's size, a scale by its width, a flip, a wrap and a threshold."""
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         h, w = x.shape[2], x.shape[3]
-        return x / (h - 1), (x + w) * (w / 2) - h
+        return x / (h - 1), (x + w) * (w / 2) - h, (w - 1) - x, (x * 100) % w, x * (x * 100 > h).float()
 
 
 def _graph(model: torch.nn.Module) -> torch.fx.GraphModule:
@@ -31,32 +32,53 @@ def _graph(model: torch.nn.Module) -> torch.fx.GraphModule:
     return remove_asserts(program.module(check_guards=False), Settings()).graph_module
 
 
-def _arithmetic(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    ops = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor)
-    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in ops]
+def _by_sizes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The ops that take a run-time size as their second operand."""
+    sizes = (torch.SymInt, torch.SymFloat)
+    return [n for n in gm.graph.nodes if n.op == "call_function" and len(n.args) > 1
+            and isinstance(n.args[1], torch.fx.Node) and isinstance(n.args[1].meta.get("val"), sizes)]
 
 
 def test_each_operand_of_a_size_is_a_filled_tensor_and_the_values_are_eagers_bit_for_bit() -> None:
     model = Normalized()
     gm = _graph(model)
-    assert [check(n) for n in _arithmetic(gm)] == [None] * 4
+    assert [check(n) for n in _by_sizes(gm)] == [None] * 7
     gm = applied(size_operands, gm)
-    assert all(check(n) == "its second operand is not a run-time size" for n in _arithmetic(gm))
+    assert [n.target for n in _by_sizes(gm)] == [aten.full.default] * 7
     for size in SIZES:
         x = torch.randn(1, 3, *size)
         for got, want in zip(gm(x), model(x), strict=True):
             assert torch.equal(got, want), size
 
 
-def test_only_a_float32_tensor_by_a_size_is_taken() -> None:
+class Columns(torch.nn.Module):
+    """An integer index's column and its fraction of the width: exact in int64."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = x.shape[3]
+        idx = x.flatten(2).argmax(-1)
+        return idx % w, idx / w
+
+
+def test_an_integer_index_by_a_size_is_eagers_in_its_dtype() -> None:
+    model = Columns()
+    gm = applied(size_operands, _graph(model))
+    for size in SIZES:
+        x = torch.randn(1, 3, *size)
+        for got, want in zip(gm(x), model(x), strict=True):
+            assert got.dtype == want.dtype and torch.equal(got, want), size
+
+
+def test_only_a_tensor_whose_dtype_holds_the_size_is_taken() -> None:
     graph = torch.fx.Graph()
     x, n = graph.placeholder("x"), graph.placeholder("n")
     x.meta["val"], n.meta["val"] = torch.zeros(2, 3, dtype=torch.float16), 3
     half = graph.call_function(aten.div.Tensor, (x, n))
-    assert check(half) == "its first operand is not a float32 tensor of rank 1 or more"
+    assert check(half) == "its first operand is not a float32, int64 or int32 tensor of rank 1 or more"
     x.meta["val"] = torch.zeros(2, 3)
     assert check(graph.call_function(aten.div.Tensor, (x, n))) == "its second operand is not a run-time size"
     assert check(graph.call_function(aten.div.Tensor_mode, (x, n), {"rounding_mode": "floor"})).startswith("not a")
+    assert check(graph.call_function(aten.pow.Tensor_Scalar, (x, n))).startswith("not a")
 
 
 def test_a_division_by_the_height_is_eagers_on_ncnn_at_every_size() -> None:
