@@ -12,12 +12,13 @@ torch.jit.trace hands it the size as a tensor, and the trace itself failed ("Exp
 Exact: PyTorch computes a tensor's op with a number by wrapping the number into a tensor
 (``remainder.Scalar``, ``rsub.Scalar`` call the ``.Tensor`` op so) whose value is cast to the
 tensor's dtype; the filled tensor holds that value in that dtype, and a ones' shape of the tensor's
-rank broadcasts to the tensor's own shape, so the result has its shape, dtype and values:
+rank broadcasts to the tensor's own shape (of a 0-d tensor, a 0-d one, which promotes as the number
+does), so the result has its shape, dtype and values:
 
     x / s == x / full([1] * x.dim(), s, dtype=x.dtype)        x % s == remainder(x, full(...))
 
 Fires where the tensor is float32 (the size a ``SymInt`` or ``SymFloat``) or int64 or int32 (the
-size a ``SymInt``: exact in it), of rank 1 or more, and the size is the second operand of ``+``,
+size a ``SymInt``: exact in it), and the size is the second operand of ``+``,
 ``-``, ``*``, ``/`` (without a rounding mode), ``rsub``, ``%`` or a comparison. A power stays: its
 number exponent has kernels of its own (``x ** 2`` is ``x * x``), which the tensor exponent has not.
 """
@@ -63,14 +64,14 @@ def size_operands(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
 
 
 def check(node: torch.fx.Node) -> str | None:
-    """None when ``node`` is an arithmetic or comparison of a float32, int64 or int32 tensor of rank 1
-    or more with a run-time size its dtype holds exactly, as its second operand; else why not."""
+    """None when ``node`` is an arithmetic or comparison of a float32, int64 or int32 tensor with a
+    run-time size its dtype holds exactly, as its second operand; else why not."""
     if node.op != "call_function" or node.target not in _AS_TENSOR or len(node.args) < 2:  # noqa: PLR2004
         return "not a tensor's arithmetic (+, -, *, / without a rounding mode, rsub, %) or comparison"
     x, size = node.args[:2]
     value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    if not isinstance(value, torch.Tensor) or value.dtype not in _EXACT or value.dim() == 0:
-        return "its first operand is not a float32, int64 or int32 tensor of rank 1 or more"
+    if not isinstance(value, torch.Tensor) or value.dtype not in _EXACT:
+        return "its first operand is not a float32, int64 or int32 tensor"
     number = size.meta.get("val") if isinstance(size, torch.fx.Node) else None
     if not isinstance(number, (torch.SymInt, torch.SymFloat)):
         return "its second operand is not a run-time size"
