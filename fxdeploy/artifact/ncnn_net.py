@@ -12,31 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fxdeploy.artifact.ncnn_options import SPIN_MS, configure
 from fxdeploy.errors import FxDeployError
 
-SPIN_MS = 20
-"""ncnn's own default ``openmp_blocktime``: its OpenMP threads spin this long for the next layer."""
-
-
-def configure(opt: Any, *, threads: int, fp16: bool, spin_ms: int = SPIN_MS) -> None:
-    """Every precision switch set explicitly: ncnn's defaults enable fp16 storage and arithmetic,
-    and bf16 where the CPU has it. Vulkan stays off: fxdeploy's ncnn target runs on the CPU.
-
-    ``spin_ms`` is the net's ``openmp_blocktime``, which ncnn applies around each of its own
-    extractions only (and restores after), so it never reaches another net or library. A plan
-    with host stages passes 0: between two engine stages the host runs torch ops, and threads
-    spinning there compete with them, ruinously so when another process shares the CPU. ncnn
-    applies it where it is built against LLVM's OpenMP (``kmp_set_blocktime``); a GCC build
-    (libgomp, as the Linux wheels are) has no such call and keeps spinning as its environment says
-    (``OMP_WAIT_POLICY``)."""
-    opt.num_threads = threads
-    opt.openmp_blocktime = spin_ms
-    opt.use_vulkan_compute = False
-    opt.use_fp16_packed = fp16
-    opt.use_fp16_storage = fp16
-    opt.use_fp16_arithmetic = fp16
-    opt.use_bf16_storage = False
-    opt.use_bf16_packed = False
+__all__ = ["SPIN_MS", "as_ids", "configure", "load_net"]
 
 
 def load_net(

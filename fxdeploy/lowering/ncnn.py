@@ -48,6 +48,7 @@ from fxdeploy.lowering.ncnn_inputs import (
     with_groups,
     with_leading_one,
 )
+from fxdeploy.lowering.ncnn_sizes import refuse_fixed_sizes
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
 from fxdeploy.partition import Engine, Host, HostOp, Plan, Source, Stage
 from fxdeploy.partition.cut import Part, split_parts
@@ -188,16 +189,7 @@ def _lower_engine(
     module, axes = batch_first(module, batch)
     outputs = head_outputs(module, batch, output_names, axes)
     per_image = [x[:1] for x in args]
-    try:
-        traced = trace_graph(module, per_image, target="ncnn")
-    except LoweringError as exc:
-        if batch.isdigit() and int(batch) > 1:
-            raise LoweringError(
-                f"{exc}\n  ncnn runs one image at a time, so the graph is traced at batch 1, and this "
-                f"graph has its batch fixed at {batch}; lower it with a dynamic batch "
-                "(dynamic_shapes={<input>: {0: 'batch'}})"
-            ) from exc
-        raise
+    traced = _traced(module, per_image, batch)
     second = second_shapes(module)
     pnnx_graph = convert(traced, per_image, out_dir, fp16=fp16, second=second, names=names)
     exact_casts_as_noops(out_dir / names[0], pnnx_graph, set(exact))
@@ -221,6 +213,22 @@ def _lower_engine(
     return Engine(names[0], names[1], tuple(f"in{k}" for k in range(len(args))), tuple(outputs),
                   batched_inputs=batched, shared_inputs=tuple(shared), id_inputs=tuple(sorted(ids.items())),
                   grouped_inputs=tuple(sorted(grouped.items())))
+
+
+def _traced(module: torch.fx.GraphModule, per_image: list[torch.Tensor], batch: str) -> torch.jit.ScriptModule:
+    """The stage traced at one image; first refused where the trace would fix a size computed from a
+    dynamic height/width (``ncnn_sizes``: lower() then lowers at the example's size)."""
+    refuse_fixed_sizes(module)
+    try:
+        return trace_graph(module, per_image, target="ncnn")
+    except LoweringError as exc:
+        if batch.isdigit() and int(batch) > 1:
+            raise LoweringError(
+                f"{exc}\n  ncnn runs one image at a time, so the graph is traced at batch 1, and this "
+                f"graph has its batch fixed at {batch}; lower it with a dynamic batch "
+                "(dynamic_shapes={<input>: {0: 'batch'}})"
+            ) from exc
+        raise
 
 
 def _probe(args: list[torch.Tensor], labels: list[str], fp16: bool, batch: str | None) -> Probe:

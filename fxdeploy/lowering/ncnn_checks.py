@@ -7,15 +7,21 @@ example image: how it takes its inputs, and whether it gives PyTorch's values at
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fxdeploy.artifact.ncnn_net import load_net
 from fxdeploy.errors import LoweringError
+from fxdeploy.lowering import ncnn_trial
 from fxdeploy.lowering.ncnn_bisect import ValuesDiffer
+from fxdeploy.lowering.ncnn_trial import max_error as _max_error  # noqa: F401 - its tests read it here
 from fxdeploy.partition import EngineOutput
 from fxdeploy.passes.graph_utils import call_site
 
@@ -137,34 +143,70 @@ def input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expec
     input, an image); when it cannot (a stage that starts from [B, N, C] values a host stage
     gathered, with no such op behind them), it may keep the operand whole, with the batch as a
     leading 1, and then expects the input blob the same way. Returns False for per-image blobs,
-    True for blobs that keep the leading 1; raises when neither gives PyTorch's values."""
-    import ncnn
+    True for blobs that keep the leading 1; raises when neither gives PyTorch's values. Each try
+    runs in a child process (``ncnn_trial``): fed the wrong way, ncnn may crash."""
     import numpy as np
 
-    net = load_net(out_dir / names[0], out_dir / names[1], threads=1, fp16=False, error=LoweringError)
-    problems = []
-    for batched in (False, True):
-        arrays = [np.ascontiguousarray(x if batched else x[0]) for x in inputs]
-        if any(a.ndim > 4 for a in arrays):  # ncnn.Mat raises a raw RuntimeError past 4 dims
-            problems.append(f"{'with' if batched else 'without'} the batch axis: an input of "
-                            f"{max(a.ndim for a in arrays)} dims, and ncnn's Mat holds at most 4 (c, d, h, w)")
-            continue
-        extractor = net.create_extractor()
-        mats = [ncnn.Mat(a).clone() for a in arrays]
-        for k, mat in enumerate(mats):
-            extractor.input(f"in{k}", mat)
-        got = [extractor.extract(f"out{k}") for k in range(len(expected))]  # an empty Mat: a layer gave up
-        errors = [
-            "missing" if code != 0 or mat.dims == 0 else "size" if np.array(mat).size != want.size
-            else _max_error(np.array(mat).reshape(want.shape), want)
-            for (code, mat), want in zip(got, expected, strict=True)
-        ]
-        scale = max((float(np.abs(want[np.isfinite(want)]).max(initial=0.0)) for want in expected), default=1.0)
-        if all(isinstance(e, float) and e <= 1e-3 * max(1.0, scale) for e in errors):
-            return batched
-        problems.append(f"{'with' if batched else 'without'} the batch axis: output errors {errors}")
-    volumes = any(x.ndim == 5 for x in inputs)
-    raise ValuesDiffer(
+    problems: list[str] = []
+    layouts = [False, True]
+    with tempfile.TemporaryDirectory(prefix="fxdeploy-ncnn-trial-") as work_dir:
+        work = Path(work_dir)
+        np.savez(work / "trial.npz", **{f"in{k}": np.ascontiguousarray(x) for k, x in enumerate(inputs)},
+                 **{f"want{k}": np.ascontiguousarray(y) for k, y in enumerate(expected)})
+        while layouts:
+            job = {"param": str(out_dir / names[0]), "bin": str(out_dir / names[1]), "layouts": layouts,
+                   "inputs": len(inputs), "outputs": len(expected)}
+            (work / "trial.json").write_text(json.dumps(job))
+            code, tried = _trial(work)
+            for result in tried:
+                if result["ok"]:
+                    return bool(result["batched"])
+                found = result["errors"]
+                problems.append(f"{_way(result['batched'])}: " + (
+                    f"{found}, and ncnn's Mat holds at most 4 (c, d, h, w)" if isinstance(found, str)
+                    else f"output errors {found}"))
+            layouts = layouts[len(tried):]
+            if layouts:  # the child died running the next one
+                problems.append(f"{_way(layouts[0])}: ncnn crashed ({_signal(code)}) running the engine")
+                layouts = layouts[1:]
+    raise ValuesDiffer(_differs(names, problems, inputs))
+
+
+TRIAL_TIMEOUT_S = 600
+"""How long one trial run of an engine on the example image may take."""
+
+
+def _trial(work: Path) -> tuple[int, list[dict[str, Any]]]:
+    """The child's exit code and the layouts it tried (``ncnn_trial``), in order."""
+    try:
+        result = subprocess.run([sys.executable, ncnn_trial.__file__, str(work)], capture_output=True, text=True,
+                                timeout=TRIAL_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise LoweringError(f"ncnn: the engine did not finish one run on the example image in {TRIAL_TIMEOUT_S} s "
+                            "and was stopped; choose another target (fxdeploy check-env lists them)") from exc
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    loaded = [line["load"] for line in lines if "load" in line]
+    if loaded:
+        raise LoweringError(loaded[0])
+    return result.returncode, lines
+
+
+def _way(batched: bool) -> str:
+    return "with the batch axis" if batched else "without the batch axis"
+
+
+def _signal(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _differs(names: tuple[str, str], problems: list[str], inputs: list[Any]) -> str:
+    volumes = any(x.ndim == 5 for x in inputs)  # noqa: PLR2004 - a batch of 3-D volumes
+    return (
         f"ncnn: the engine {names[0]} does not give PyTorch's values on the example image, fed "
         + "; or ".join(problems)
         + (". A per-image input is a 3-D volume (c, d, h, w): ncnn's 3-D layers (convolution, upsampling, "
@@ -174,14 +216,3 @@ def input_layout(out_dir: Path, names: tuple[str, str], inputs: list[Any], expec
            "usual cause), or pnnx placed the batch axis differently from the graph")
         + "; onnxruntime, openvino and torchscript run it (fxdeploy.lower(..., target='onnxruntime'))"
     )
-
-
-def _max_error(got: Any, want: Any) -> float:
-    """The largest |got - want|; equal infinities (and NaN against NaN) count as equal, unequal ones as inf."""
-    import numpy as np
-
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    same = (got == want) | (np.isnan(got) & np.isnan(want))
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(same, 0.0, np.abs(got - want))
-    return float(np.where(np.isnan(diff), np.inf, diff).max(initial=0.0))

@@ -39,8 +39,9 @@ def grouped_inputs(stage: torch.fx.GraphModule, batch: str) -> dict[int, int]:
 def shared_inputs(stage: torch.fx.GraphModule, batch: str) -> list[int]:
     """Inputs of a later engine stage that carry no batch axis: what a host stage made from the
     image's size alone (RT-DETR's anchors and position embedding at a dynamic H/W, after
-    ``unit_broadcasts`` dropped their leading 1). Every image gets the same one. At a batch fixed
-    at 1, an input that leads with a 1 is taken as the image's (the same values either way)."""
+    ``unit_broadcasts`` dropped their leading 1). Every image gets the same one. With a batch fixed
+    at 1, an input that leads with a 1 is taken per image (nothing tells the two apart), and one that
+    does not (the column index ``arange(w) % w`` made on the host) is shared."""
     values = [n.meta.get("val") for n in stage.graph.nodes if n.op == "placeholder"]
     return [
         k for k, v in enumerate(values)

@@ -32,7 +32,9 @@ from fxdeploy.passes.ncnn.integer_powers import integer_powers
 from fxdeploy.passes.ncnn.max_indices import max_indices
 from fxdeploy.passes.ncnn.padded_copies import padded_copies
 from fxdeploy.passes.ncnn.size_floor_divisions import size_floor_divisions
+from fxdeploy.passes.ncnn.size_operands import size_operands
 from fxdeploy.passes.ncnn.strided_slices import strided_slices
+from fxdeploy.passes.ncnn.uneven_chunks import uneven_chunks
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
@@ -163,13 +165,16 @@ TORCHSCRIPT: tuple[Pass, ...] = (
 # functional_spellings next: the passes after it match reshapes and clamps by their public ops;
 # einsum_products and integer_powers beside it (spellings too). functional_fills beside them (torch.jit.trace
 # asserts on a functional zero or fill); before padded_copies and fold_constants, which read the factory ops.
+# uneven_chunks beside them (a spelling: an uneven chunk as the split it is).
+# size_operands after the passes that write arithmetic (comparisons_as_arithmetic) and before the split,
+# which runs the tensor it makes from a size on the host (made from sizes alone).
 NCNN: tuple[Pass, ...] = (
     *CLEANUP, size_floor_divisions, dense_encoder_layers, empty_cat_inputs, functional_spellings, functional_fills,
-    einsum_products, integer_powers,
+    einsum_products, integer_powers, uneven_chunks,
     pool_divisors, ceil_pool_counts, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies,
     scatters_as_slices, identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks,
-    float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, max_indices,
-    host_postprocess_split,
+    float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, size_operands,
+    max_indices, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {
