@@ -113,7 +113,7 @@ def _lower_stages(
             except InputPassedThrough as exc:
                 raise LoweringError(f"{exc}{_on_the_host(stages)}; lower to torchscript or onnxruntime") from None
             except LoweringError as exc:
-                if s == 0 or not _on_the_host(stages):
+                if s == 0 or type(exc) is not LoweringError or not _on_the_host(stages):  # a subclass is caught above
                     raise
                 raise LoweringError(f"{exc} (stage {s} is the graph after the host's work{_on_the_host(stages)})"
                                     ) from exc
