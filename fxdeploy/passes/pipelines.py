@@ -13,6 +13,7 @@ from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
 from fxdeploy.passes.distinct_outputs import distinct_outputs
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
+from fxdeploy.passes.float_floor_divisions import float_floor_divisions
 from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.full_spectrum_rffts import full_spectrum_rffts
 from fxdeploy.passes.half_comparison_scalars import half_comparison_scalars
@@ -122,13 +123,16 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # half_comparison_scalars (whose casts to half it rounds too) and the passes that make comparisons.
 # Its CPU plugin saturates uint8 and int8 arithmetic, which torch wraps: wrapping_bytes computes it in
 # int32 and wraps it (it changes no outputs, so anywhere after cleanup).
+# float_floor_divisions right after cleanup: it refuses a float `//`, `%` or fmod of the user's (OpenVINO has no
+# exact fmod) unless the divisor is a power of two; it changes nothing, and no pass writes a float one.
 # ceil_pool_counts on OpenVINO and ncnn: both count a ceil-mode window's part past the padding in its
 # divisor; after pool_divisors (a divisor override is its), before whole_input_pool (a plain pool).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
-    pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
-    wide_indices, scatter_reductions, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy,
-    infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    *CLEANUP, float_floor_divisions, dense_encoder_layers, adaptive_pools, pool_divisors, ceil_pool_counts,
+    value_lookups, order_statistics, pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts,
+    wrapping_bytes, antialiased_resizes, wide_indices, scatter_reductions, half_comparison_scalars, pad_compactions,
+    topk_of_selection, precision_policy, infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes,
+    tensorize_outputs, distinct_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.
