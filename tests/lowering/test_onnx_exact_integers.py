@@ -75,8 +75,6 @@ def test_division_and_remainder_are_torchs_across_int32(target: str, dtype: torc
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8])
 @pytest.mark.parametrize("target", TARGETS)
 def test_signed_shifts_are_torchs(target: str, dtype: torch.dtype) -> None:
-    if target == "onnxruntime" and dtype == torch.int16:
-        pytest.skip("ONNX Runtime has no int16 Where, which torch.onnx's signed >> writes (lower() says so)")
     """Arithmetic right shifts of negative values, by every amount (past the type's width and
     negative: the sign); left shifts where torch's result fits in int32 (OpenVINO's reach)."""
     model = Shifts()

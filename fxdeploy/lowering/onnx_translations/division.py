@@ -9,9 +9,9 @@ remainder was off by the whole divisor. The standard flavour follows torch's ste
 (``a - trunc(a / b) * b`` in float32: fmod(-7, 0.7) is 0, fmod(1, inf) NaN), so its flavour keeps
 the rounded quotient's floor for floats, as torch.onnx did (``docs/internals.md``).
 
-Integers, every flavour: ``a - fmod(a, b)`` (``Mod`` with ``fmod=1``, the dividend's sign) is a
-multiple of ``b``, so dividing it is exact whatever a runtime's integer ``Div`` rounds to; the floor
-is one less where the remainder's sign is not the divisor's. A divisor read
+Integers, every flavour: ``a - fmod(a, b)`` (the remainder with the dividend's sign) is a multiple
+of ``b``, so dividing it is exact whatever a runtime's integer ``Div`` rounds to; the floor is one
+less where that remainder's sign is not the divisor's. A divisor read
 from a shape (``i % x.shape[1]`` at a dynamic size) is a graph value, which torch.onnx's own
 translation refused. OpenVINO computes an integer ``Div`` and ``Mod`` in float32 (``16777217 % 1000``
 gave 216): its flavour divides int32 and int64 with ``exact_integers.py`` instead.
@@ -128,12 +128,15 @@ def size_floor_divide(self: Any, other: Any) -> Any:
 
 
 def _integer_floor_divide(self: Any, other: Any) -> Any:
-    """The truncated quotient of ``a - fmod(a, b)`` (no larger than ``a``: ``a - Mod(a, b)``, the
-    floored multiple, is 2**31 at int32's edge, ``(2**30 + 1) // -2**30`` gave 2), one less where the
-    remainder's sign is not the divisor's."""
-    mod = op.Mod(self, other, fmod=1)
-    quotient = op.Div(op.Sub(self, mod), other)
-    return op.Sub(quotient, op.CastLike(_signs_differ(mod, other), quotient))
+    """The quotient of ``a - fmod(a, b)``, no larger than ``a`` (``a - Mod(a, b)``, the floored multiple,
+    is 2**31 at int32's edge: ``(2**30 + 1) // -2**30`` gave 2), one less where ``fmod`` moved. ``fmod`` is
+    ``Mod(a, b) - b`` where that is nonzero and ``a`` and ``b`` differ in sign: ``Mod`` with ``fmod=1`` of
+    integers is outside ONNX's definition, and no ``Where``, which ONNX Runtime lacks for int8 and int16."""
+    mod = op.Mod(self, other, fmod=0)
+    zero = op.CastLike(0, mod)
+    moved = op.CastLike(op.And(op.Not(op.Equal(mod, zero)), op.Xor(op.Less(self, zero), op.Less(other, zero))), mod)
+    truncated = op.Div(op.Sub(self, op.Sub(mod, op.Mul(moved, other))), other)
+    return op.Sub(truncated, moved)
 
 
 def _signs_differ(mod: Any, divisor: Any) -> Any:

@@ -4,7 +4,8 @@ torch.onnx's own translation (onnxscript's torch_lib) goes through the unsigned 
 every result to the *signed* type of the same width, unsigned inputs included: a uint8 ``200 >> 2``
 came back as an int8, and a following ``| 1`` became an int8/uint8 ``BitwiseOr`` that ONNX Runtime
 refuses to load. Signed integers keep torch_lib's translation (an arithmetic right shift written
-with the unsigned type's logical one), except on OpenVINO, which computes ``BitShift`` in float32
+with the unsigned type's logical one; an int16 one in int32, since it writes a ``Where`` of int16, which
+ONNX Runtime lacks), except on OpenVINO, which computes ``BitShift`` in float32
 (``(2**24 + 999) >> 2`` one too high) and int64 as int32 (``-1 >> 2`` gave 2147483647): there a
 signed shift is a floor division or a product (``exact_integers.py``), int8 and int16 ones in int32,
 a left shift's result wrapped back into the type's range.
@@ -50,6 +51,13 @@ def right_shift(x: Any, other: Any) -> Any:
         return op.Cast(wide, to=x.dtype)
     if x.dtype in UNSIGNED:
         return op.BitShift(x, _amount(x, other), direction="RIGHT")
+    if x.dtype == ir.DataType.INT16:  # torch_lib's signed shift writes a Where, which ONNX Runtime lacks for int16
+        wide = op.Cast(x, to=ir.DataType.INT32)
+        wide.dtype = ir.DataType.INT32  # torch_lib's shift reads it
+        if not isinstance(other, int):
+            other = op.Cast(other, to=ir.DataType.INT32)
+            other.dtype = ir.DataType.INT32
+        return op.Cast(right_shift(wide, other), to=x.dtype)
     if isinstance(other, int):
         return core.aten_bitwise_right_shift_tensor_scalar(x, other)
     return core.aten_bitwise_right_shift(x, other)
