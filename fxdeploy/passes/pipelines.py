@@ -13,6 +13,7 @@ from fxdeploy.passes.contiguous_reshapes import contiguous_reshapes
 from fxdeploy.passes.dense_encoder_layers import dense_encoder_layers
 from fxdeploy.passes.distinct_outputs import distinct_outputs
 from fxdeploy.passes.exact_score_sigmoid import exact_score_sigmoid
+from fxdeploy.passes.float_floor_divisions import float_floor_divisions
 from fxdeploy.passes.fold_batch_norm import fold_batch_norm
 from fxdeploy.passes.full_spectrum_rffts import full_spectrum_rffts
 from fxdeploy.passes.half_comparison_scalars import half_comparison_scalars
@@ -56,6 +57,7 @@ from fxdeploy.passes.topk_of_selection import topk_of_selection
 from fxdeploy.passes.value_lookups import value_lookups
 from fxdeploy.passes.whole_input_pool import whole_input_pool
 from fxdeploy.passes.wide_indices import wide_indices
+from fxdeploy.passes.wide_integer_constants import wide_integer_constants
 from fxdeploy.passes.wrapping_bytes import wrapping_bytes
 
 # Cleanup first: asserts and dropout would otherwise hide NMS consumers from pattern matching.
@@ -124,13 +126,18 @@ ONNXRUNTIME: tuple[Pass, ...] = (
 # half_comparison_scalars (whose casts to half it rounds too) and the passes that make comparisons.
 # Its CPU plugin saturates uint8 and int8 arithmetic, which torch wraps: wrapping_bytes computes it in
 # int32 and wraps it (it changes no outputs, so anywhere after cleanup).
+# float_floor_divisions right after cleanup: it refuses a float `//`, `%` or fmod of the user's (OpenVINO has no
+# exact fmod) unless the divisor is a power of two; it changes nothing, and no pass writes a float one.
+# wide_integer_constants beside it: a number of the user's past int32 in int64 arithmetic (OpenVINO computes int64
+# as int32); before the other passes, so that it judges the user's numbers only.
 # ceil_pool_counts on OpenVINO and ncnn: both count a ceil-mode window's part past the padding in its
 # divisor; after pool_divisors (a divisor override is its), before whole_input_pool (a plain pool).
 OPENVINO: tuple[Pass, ...] = (
-    *CLEANUP, dense_encoder_layers, adaptive_pools, pool_divisors, ceil_pool_counts, value_lookups, order_statistics,
-    pairwise_distances, running_extrema, whole_input_pool, full_spectrum_rffts, wrapping_bytes, antialiased_resizes,
-    wide_indices, scatter_reductions, half_comparison_scalars, pad_compactions, topk_of_selection, precision_policy,
-    infinite_windows, scatters_as_slices, half_rounding, contiguous_reshapes, tensorize_outputs, distinct_outputs,
+    *CLEANUP, float_floor_divisions, wide_integer_constants, dense_encoder_layers, adaptive_pools, pool_divisors,
+    ceil_pool_counts, value_lookups, order_statistics, pairwise_distances, running_extrema, whole_input_pool,
+    full_spectrum_rffts, wrapping_bytes, antialiased_resizes, wide_indices, scatter_reductions, half_comparison_scalars,
+    pad_compactions, topk_of_selection, precision_policy, infinite_windows, scatters_as_slices, half_rounding,
+    contiguous_reshapes, tensorize_outputs, distinct_outputs,
 )
 # TorchScript runs every op it is given: inference BatchNorms fold into their convolutions (the ONNX
 # runtimes and pnnx fold them themselves); before precision_policy, which may cast the weights.

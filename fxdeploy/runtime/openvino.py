@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from fxdeploy.errors import ArtifactError, LoweringError, TargetUnavailableError
+from fxdeploy.errors import ArtifactError, InputError, LoweringError, TargetUnavailableError
 from fxdeploy.runtime.executor import Executor, stream_count
 from fxdeploy.runtime.openvino_static import StaticShapes
 from fxdeploy.settings import Settings
@@ -17,6 +17,7 @@ from fxdeploy.settings import Settings
 _FAILED_OP = re.compile(r"^-- (\S+) with a message:\n(.*?)(?:\n\n|\Z)", re.M | re.S)
 """One block of the ONNX frontend's "Model wasn't fully converted" log: the op, then its check,
 node and reason, the reason last."""
+_INT32 = torch.iinfo(torch.int32)
 _PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "f32"}  # int8: its float region in f32
 
 
@@ -84,6 +85,21 @@ class OpenVinoExecutor(Executor):
         model = read_model(self._core, self.model_path)
         model.reshape(shapes)
         return self._core.compile_model(model, "CPU", self.config)
+
+    def check(self, feeds: dict[str, torch.Tensor]) -> None:
+        """An int64 input past int32: OpenVINO's CPU plugin computes int64 as int32, so the value would be
+        cut to its low 32 bits (``2**31 + 1`` computed as -2147483647) and the outputs silently wrong."""
+        for name, value in feeds.items():
+            if value.dtype != torch.int64 or value.numel() == 0:
+                continue
+            low, high = int(value.min()), int(value.max())
+            if low < _INT32.min or high > _INT32.max:
+                past = low if low < _INT32.min else high
+                raise InputError(
+                    f"openvino: input {name!r} holds {past}, past int32's range: OpenVINO's CPU plugin computes "
+                    "int64 as int32 and would compute with its low 32 bits. Keep the values within "
+                    "[-2**31, 2**31), or lower for target 'onnxruntime' or 'torchscript', which compute int64"
+                )
 
     def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         request = self._request(feeds)

@@ -37,7 +37,8 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload |
     ``angle`` with torch's signed zeros, infinities and NaNs (``atan2.py``), and ``histc`` with torch's bin
     rule (``histc.py``), ``logsigmoid`` without the log of a sigmoid rounded to 0 or 1 (``log_sigmoid.py``), and
     ``hypot``, ``fmax``/``fmin`` and a stable ``sort``, which torch.onnx lacks (``hypot.py``, ``fmax.py``, ``sort.py``),
-    and floor division and remainder with torch's values (``division.py``; on OpenVINO for integers only),
+    and floor division and remainder with torch's values (``division.py``; on OpenVINO for integers only,
+    int32 and int64 without its float32 ``Div``, ``Mod`` and ``BitShift``, signed shifts too: ``exact_integers.py``),
     a size's ``//`` with Python's floor (``division.py``), and ``roll`` by a shift read from a size (``roll.py``).
     nms and batched_nms (data-dependent; normally rewritten by substitute_nms first) lower to
     NonMaxSuppression in both.
@@ -76,14 +77,13 @@ def translation_table(flavour: str = "standard") -> dict[torch._ops.OpOverload |
 
 def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload | Callable, Callable]:
     """fxdeploy's translations of aten ops where torch.onnx's compute other values (the docstring above)."""
-    from fxdeploy.lowering.onnx_translations import division
+    from fxdeploy.lowering.onnx_translations import division, shifts
     from fxdeploy.lowering.onnx_translations.atan2 import angle, atan2
     from fxdeploy.lowering.onnx_translations.fmax import fmax, fmin
     from fxdeploy.lowering.onnx_translations.histc import histc
     from fxdeploy.lowering.onnx_translations.hypot import hypot
     from fxdeploy.lowering.onnx_translations.log_sigmoid import log_sigmoid
     from fxdeploy.lowering.onnx_translations.roll import roll
-    from fxdeploy.lowering.onnx_translations.shifts import left_shift, right_shift
     from fxdeploy.lowering.onnx_translations.softmax import (
         log_softmax_int,
         softmax_int_openvino,
@@ -122,10 +122,11 @@ def _aten_translations(flavour: str) -> dict[torch._ops.OpOverload | Callable, C
             table[overload] = greater
         for overload in (aten.ge.Tensor, aten.ge.Scalar):
             table[overload] = greater_equal
+        table[aten.fmod.Tensor] = table[aten.fmod.Scalar] = division.fmod_openvino  # its integer Mod is float32's
     for overload in (aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
                      aten.bitwise_left_shift.Tensor_Scalar):
-        table[overload] = left_shift
+        table[overload] = shifts.left_shift_openvino if flavour == "openvino" else shifts.left_shift
     for overload in (aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor,
                      aten.bitwise_right_shift.Tensor_Scalar):
-        table[overload] = right_shift
+        table[overload] = shifts.right_shift_openvino if flavour == "openvino" else shifts.right_shift
     return table
