@@ -205,6 +205,9 @@ def _lower_engine(
     fed = [as_ids(x.detach().numpy()) if k in ids else x.detach().numpy() for k, x in enumerate(per_image)]
     try:
         batched = input_layout(out_dir, names, fed, expected)
+    except UnconvertedLayers as exc:  # a layer ncnn cannot load: for the host fallback too
+        exc.module, exc.pnnx_graph = module, pnnx_graph
+        raise
     except ValuesDiffer as exc:  # which op pnnx got wrong, for the host fallback
         if not bisect:
             raise

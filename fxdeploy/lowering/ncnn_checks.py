@@ -8,6 +8,7 @@ example image: how it takes its inputs, and whether it gives PyTorch's values at
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import torch
 from fxdeploy.errors import LoweringError
 from fxdeploy.lowering import ncnn_trial
 from fxdeploy.lowering.ncnn_bisect import ValuesDiffer
+from fxdeploy.lowering.ncnn_convert import Layer, UnconvertedLayers, layers
 from fxdeploy.lowering.ncnn_trial import max_error as _max_error  # noqa: F401 - its tests read it here
 from fxdeploy.partition import EngineOutput
 from fxdeploy.passes.graph_utils import call_site
@@ -187,8 +189,25 @@ def _trial(work: Path) -> tuple[int, list[dict[str, Any]]]:
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     loaded = [line["load"] for line in lines if "load" in line]
     if loaded:
-        raise LoweringError(loaded[0])
+        raise _unloadable(loaded[0], result.stderr, Path(json.loads((work / "trial.json").read_text())["param"]))
     return result.returncode, lines
+
+
+_LOAD_FAILED = re.compile(r"layer load_param \d+ (\S+) failed")
+
+
+def _unloadable(message: str, stderr: str, param: Path) -> LoweringError:
+    """ncnn refused to load a layer pnnx wrote (an Einsum of an equation it has no kernel for): the
+    layer, named by ncnn's own words on the child's stderr, as an unconverted one, so that the host
+    fallback runs its op instead (pnnx's op for ncnn's type: ``Einsum`` -> ``torch.einsum``)."""
+    names = set(_LOAD_FAILED.findall(stderr))
+    graph = layers(param) if param.exists() else []
+    failed = [Layer(f"torch.{layer.kind.lower()}", layer.name, layer.bottoms, layer.tops)
+              for layer in graph if layer.name in names]
+    if not failed:
+        return LoweringError(f"{message}: {stderr.strip().splitlines()[-1] if stderr.strip() else 'ncnn said no more'}")
+    said = ", ".join(f"{layer.kind} (layer {layer.name})" for layer in failed)
+    return UnconvertedLayers(f"{message}: ncnn cannot load {said} as pnnx wrote it", failed, graph)
 
 
 def _way(batched: bool) -> str:

@@ -56,14 +56,14 @@ def test_where_the_declared_min_fails_the_narrowed_range_stands(monkeypatch: pyt
 
     def failing_at_min(label: str, inputs: list[torch.Tensor], *args: object, **kwargs: object) -> float:
         if inputs[0].shape[2] == 8:
-            raise LoweringError("min differs from eager by 0.5 (tolerance 0.0001)")
+            raise LoweringError("min: output #0 has shape (2, 5), eager gives (2, 4)")  # no float64 referee for it
         return compare(label, inputs, *args, **kwargs)
 
     monkeypatch.setattr(verify, "compare", failing_at_min)  # this test only: a model wrong at k = 1
     deployed, dim_warnings = _lower()
     assert len(dim_warnings) == 1
     assert "dim 'k' narrowed by torch.export to [2, 4] (its 0/1 specialization)" in dim_warnings[0]
-    assert "min differs from eager by 0.5" in dim_warnings[0]
+    assert "min: output #0 has shape (2, 5)" in dim_warnings[0]
     assert deployed.manifest["dims"]["k"]["min"] == 2
     assert "(x.shape[2] // 8) != 1" in deployed.manifest["guards"]
     assert deployed.manifest["info"]["dim_changes"] == dim_warnings

@@ -72,3 +72,34 @@ def test_an_expression_of_arithmetic_alone_names_no_node(tmp_path: Path) -> None
     exc.pnnx_graph = PNNX_GRAPH.replace("floor_divide(@0,2)", "[1,size(@0,1)]")
     found, unmapped = nodes_behind(exc)
     assert not found and unmapped == ["pnnx.Expression (layer pnnx_expr_0)", "pnnx.Expression (layer pnnx_expr_1)"]
+
+
+class PairProducts(torch.nn.Module):
+    """Products of every pair of pixels of a crop (an Einsum to 5 dims, which ncnn will not load as
+    pnnx writes it), then a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(256, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        crop = x[..., :4, :4]
+        return self.linear(torch.einsum("bchw,bcHW->bhwHW", crop, crop).flatten(1)).relu()
+
+
+def test_a_layer_ncnn_cannot_load_runs_on_the_host(capfd) -> None:
+    """Before: "loading model.ncnn.param failed", and ncnn's own line on the console. Now the load
+    fails in the trial's child; the layer it names goes to the host, and the console stays quiet."""
+    import fxdeploy
+    from tests.helpers import require_target
+
+    require_target("ncnn")
+    model = PairProducts().eval()
+    deployed = fxdeploy.lower(model, (torch.rand(2, 6, 8, 10),), target="ncnn",
+                              dynamic_shapes={"x": {0: ("b", 1, 4), 2: ("h", 6, 16), 3: ("w", 6, 16)}})
+    kinds = [stage["kind"] for stage in deployed.manifest["info"]["ncnn"]["stages"]]
+    assert "host" in kinds and "engine" in kinds, kinds
+    for shape in [(1, 6, 6, 6), (3, 6, 11, 7)]:
+        x = torch.rand(shape)
+        torch.testing.assert_close(deployed(x), model(x), atol=1e-5, rtol=0)
+    assert "load_param" not in capfd.readouterr().err

@@ -158,7 +158,8 @@ def test_translation_table() -> None:
              aten.floor_divide.default, aten.floor_divide.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
              aten.remainder.Tensor, aten.remainder.Scalar,  # torch's floor of the exact quotient
              operator.floordiv}  # a size's //: Python's floor, where ONNX's integer Div truncates
-    greater = {aten.gt.Tensor, aten.gt.Scalar, aten.ge.Tensor, aten.ge.Scalar}  # OpenVINO's Greater beside a NaN
+    greater = {aten.gt.Tensor, aten.gt.Scalar, aten.ge.Tensor, aten.ge.Scalar,  # OpenVINO's Greater beside a NaN
+               aten.fmod.Tensor, aten.fmod.Scalar}  # and its integer Mod, float32's (exact_integers.py)
     assert set(translation_table("standard")) == expected | softmax | everywhere | shifts | exact
     for flavour in ("tensorrt", "efficient_nms_trt"):  # TensorRT's TopK promises no order among ties
         table = translation_table(flavour)
@@ -168,6 +169,7 @@ def test_translation_table() -> None:
         assert table[aten.sort.default].__name__ == "sort_any_tie_order"
     assert set(translation_table("openvino")) == expected | {aten.topk.default} | everywhere | shifts | exact | greater
     assert translation_table("openvino")[aten.remainder.Tensor].__name__ == "remainder_openvino"  # its Mod: no fmod
+    assert translation_table("openvino")[aten.fmod.Tensor].__name__ == "fmod_openvino"
     known = r"\['standard', 'openvino', 'tensorrt', 'efficient_nms_trt'\]"
     with pytest.raises(ValueError, match=r"unknown flavour 'ncnn'; known: " + known):
         translation_table("ncnn")
