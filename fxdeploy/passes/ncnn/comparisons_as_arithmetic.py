@@ -103,6 +103,10 @@ def _spellable(gm: torch.fx.GraphModule) -> list[Node]:
     while changed:  # a node read by one that stays stays too
         changed = False
         for node in [n for n, reason in found.items() if reason is None]:
+            kept = next((a for a in node.args if isinstance(a, Node) and found.get(a) is not None), None)
+            if kept is not None and node.target in _LOGIC:  # logic of a comparison that stays stays bool
+                found[node], changed = f"its operand {kept.name} stays bool: {found[kept]}", True
+                continue
             bad = next((u for u in node.users if found.get(u, "") is not None and _reader(node, u) is not None), None)
             if bad is not None:
                 why = f"stays bool: {found[bad]}" if bad in found else _reader(node, bad)

@@ -242,3 +242,19 @@ def test_a_box_crop_of_masks_runs_on_ncnn_at_a_dynamic_size() -> None:
         x = torch.rand(shape)
         for got, want in zip(deployed(x), model(x), strict=True):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def logic_with_an_unbounded_comparison(g: torch.fx.Graph, xs: list[torch.fx.Node]) -> torch.fx.Node:
+    both = g.call_function(aten.__and__.Tensor, (g.call_function(aten.gt.Scalar, (xs[0], 0.5)),
+                                                 g.call_function(aten.eq.Tensor, (xs[0], xs[1]))))
+    return g.call_function(aten.mul.Tensor, (xs[1], both))
+
+
+def test_logic_of_a_comparison_that_stays_keeps_the_other_too(caplog: pytest.LogCaptureFixture) -> None:
+    """``(x > 0.5) & (x == y)``: x == y of two unbounded values stays, so the & reads a bool, and
+    x > 0.5 stays for it (rewriting it alone would leave the & reading a float)."""
+    x = [torch.tensor([0.0, 0.6, 1.0, float("inf")]), torch.tensor([0.0, 0.6, 2.0, float("inf")])]
+    gm = build(logic_with_an_unbounded_comparison, 2, x)
+    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.ncnn.comparisons_as_arithmetic"):
+        assert not comparisons_as_arithmetic(gm, Settings()).modified
+    assert "neither operand is known to be finite" in caplog.text and "stays bool" in caplog.text
