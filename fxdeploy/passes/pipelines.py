@@ -20,7 +20,9 @@ from fxdeploy.passes.half_comparison_scalars import half_comparison_scalars
 from fxdeploy.passes.half_rounding import half_rounding
 from fxdeploy.passes.infinite_windows import infinite_windows
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
+from fxdeploy.passes.ncnn.composite_ops import composite_ops
 from fxdeploy.passes.ncnn.constant_lookups import constant_lookups
+from fxdeploy.passes.ncnn.dynamic_slices import dynamic_slices
 from fxdeploy.passes.ncnn.einsum_products import einsum_products
 from fxdeploy.passes.ncnn.empty_cat_inputs import empty_cat_inputs
 from fxdeploy.passes.ncnn.float_attention_mask import float_attention_mask
@@ -36,6 +38,7 @@ from fxdeploy.passes.ncnn.size_floor_divisions import size_floor_divisions
 from fxdeploy.passes.ncnn.size_operands import size_operands
 from fxdeploy.passes.ncnn.strided_slices import strided_slices
 from fxdeploy.passes.ncnn.uneven_chunks import uneven_chunks
+from fxdeploy.passes.ncnn.unfused_activations import unfused_activations
 from fxdeploy.passes.ncnn.unit_broadcasts import unit_broadcasts
 from fxdeploy.passes.ncnn.unit_selects import unit_selects
 from fxdeploy.passes.ncnn.vacuous_masks import vacuous_masks
@@ -172,16 +175,20 @@ TORCHSCRIPT: tuple[Pass, ...] = (
 # functional_spellings next: the passes after it match reshapes and clamps by their public ops;
 # einsum_products and integer_powers beside it (spellings too). functional_fills beside them (torch.jit.trace
 # asserts on a functional zero or fill); before padded_copies and fold_constants, which read the factory ops.
-# uneven_chunks beside them (a spelling: an uneven chunk as the split it is).
+# uneven_chunks beside them (a spelling: an uneven chunk as the split it is). composite_ops beside them too
+# (var, diff, tile... as the ops that define them), before comparisons_as_arithmetic (which takes the
+# any/all/count_nonzero it spells as reductions of masks) and size_operands (a var's divisor of sizes).
+# unfused_activations after composite_ops (addcdiv's x / (|x| + 1) is a softsign to pnnx).
+# dynamic_slices after every pass that writes slices (composite_ops' diff, strided_slices).
 # size_operands after the passes that write arithmetic (comparisons_as_arithmetic) and before the split,
 # which runs the tensor it makes from a size on the host (made from sizes alone).
 NCNN: tuple[Pass, ...] = (
     *CLEANUP, size_floor_divisions, dense_encoder_layers, empty_cat_inputs, functional_spellings, functional_fills,
-    einsum_products, integer_powers, uneven_chunks,
+    einsum_products, integer_powers, uneven_chunks, composite_ops, unfused_activations,
     pool_divisors, ceil_pool_counts, whole_input_pool, pad_compactions, tensorize_outputs, padded_copies,
     scatters_as_slices, identity_indexing, fold_constants, constant_lookups, vacuous_masks, input_attention_masks,
-    float_attention_mask, comparisons_as_arithmetic, strided_slices, unit_selects, unit_broadcasts, size_operands,
-    max_indices, host_postprocess_split,
+    float_attention_mask, comparisons_as_arithmetic, strided_slices, dynamic_slices, unit_selects, unit_broadcasts,
+    size_operands, max_indices, host_postprocess_split,
 )
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

@@ -25,8 +25,11 @@ Fires where every reader of the comparison takes it as float32 numbers: a cast t
 (``.float()``, ``.to(x)``) or a product with float32 values (which reads a bool as 0 and 1), or
 bool logic whose own readers do: ``&``/``*`` of two such masks is their product, ``|`` their
 maximum, ``^`` the absolute difference and ``~`` one minus the mask, exact on 0s and 1s. That is
-YOLO-seg's box crop, ``masks * ((r >= x1) * (r < x2) * (c >= y1) * (c < y2))``. Otherwise (a
-``where``, an index, a bool output) it is left with the reason: the host runs it.
+YOLO-seg's box crop, ``masks * ((r >= x1) * (r < x2) * (c >= y1) * (c < y2))``. Reductions of such
+masks read so are the same reductions of the 0/1 floats: ``amax`` and ``amin`` (``any`` and ``all``,
+as ``composite_ops`` spells them) exactly, ``sum`` (``count_nonzero``, int64) exactly below 2**24
+elements, where float32 counts every integer. Otherwise (a ``where``, an index, a bool output) it is
+left with the reason: the host runs it.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ _LOGIC = {  # bool logic of two 0/1 masks (one, for not) -> its float spelling
     aten.bitwise_not.default: aten.rsub.Scalar, aten.__and__.Tensor: aten.mul.Tensor,
     aten.__or__.Tensor: aten.maximum.default, aten.__xor__.Tensor: aten.sub.Tensor,
 }
+
+_REDUCTIONS = frozenset({aten.amax.default, aten.amin.default, aten.sum.dim_IntList, aten.sum.default})
+"""Reductions of a mask: the same reduction of its 0/1 float spelling."""
 
 
 def comparisons_as_arithmetic(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
@@ -97,14 +103,14 @@ def _spellable(gm: torch.fx.GraphModule) -> list[Node]:
         if packet in _FORMS:
             bounds = value_bounds(gm) if bounds is None else bounds
             found[node] = check(node, bounds) or (None if node.users else "nothing reads it")
-        elif _is_logic(node, found):
+        elif _is_logic(node, found) or _is_reduction(node, found):
             found[node] = None
     changed = True
     while changed:  # a node read by one that stays stays too
         changed = False
         for node in [n for n, reason in found.items() if reason is None]:
             kept = next((a for a in node.args if isinstance(a, Node) and found.get(a) is not None), None)
-            if kept is not None and node.target in _LOGIC:  # logic of a comparison that stays stays bool
+            if kept is not None and _derived(node):  # logic of a comparison that stays stays bool
                 found[node], changed = f"its operand {kept.name} stays bool: {found[kept]}", True
                 continue
             bad = next((u for u in node.users if found.get(u, "") is not None and _reader(node, u) is not None), None)
@@ -112,7 +118,7 @@ def _spellable(gm: torch.fx.GraphModule) -> list[Node]:
                 why = f"stays bool: {found[bad]}" if bad in found else _reader(node, bad)
                 found[node], changed = f"{bad.format_node()} {why}", True
     for node, reason in found.items():
-        if reason is not None and node.target not in _LOGIC:
+        if reason is not None and not _derived(node):
             logger.debug("comparisons_as_arithmetic: %s stays a %s: %s", call_site(node), node.target, reason)
     return [node for node, reason in found.items() if reason is None]
 
@@ -126,6 +132,20 @@ def _is_logic(node: Node, found: dict[Node, str | None]) -> bool:
         return False
     operands = node.args[:1] if node.target in (aten.logical_not.default, aten.bitwise_not.default) else node.args[:2]
     return len(node.args) == len(operands) and not node.kwargs and all(a in found for a in operands)
+
+
+def _is_reduction(node: Node, found: dict[Node, str | None]) -> bool:
+    """A max, min or sum of a comparison (or of logic of them), in its own dtype."""
+    if node.op != "call_function" or node.target not in _REDUCTIONS or node.kwargs or node.args[0] not in found:
+        return False
+    value = node.meta.get("val")
+    dtype = torch.int64 if node.target in (aten.sum.dim_IntList, aten.sum.default) else torch.bool
+    return isinstance(value, torch.Tensor) and value.dtype == dtype
+
+
+def _derived(node: Node) -> bool:
+    """Logic or a reduction: made from masks, rather than a comparison."""
+    return node.target in _LOGIC or node.target in _REDUCTIONS
 
 
 def check(node: Node, bounds: dict[Node, float]) -> str | None:
@@ -157,6 +177,8 @@ def _reader(node: Node, user: Node) -> str | None:
 
 def _spelled(graph: torch.fx.Graph, node: Node, spelled: dict[Node, Node]) -> Node:
     """The float32 0/1 mask of a comparison, or of bool logic of masks already spelled."""
+    if node.target in _REDUCTIONS:
+        return graph.call_function(node.target, (spelled[node.args[0]], *node.args[1:]))
     if node.target not in _LOGIC:
         packet = node.target.overloadpacket
         return _mask(graph, node, *_FORMS[packet])
