@@ -111,3 +111,29 @@ def test_a_division_by_the_height_is_eagers_on_ncnn_at_every_size(model: torch.n
             for got, want in zip(pytree.tree_leaves(deployed(x)), pytree.tree_leaves(model(x)), strict=True):
                 assert got.shape == want.shape, size
                 assert float((got - want).abs().max()) <= 1e-4 * max(1.0, float(want.abs().max())), size
+
+
+class Means(torch.nn.Module):
+    """Unbiased means of a batch over the whole image and over each row: two sizes, at two ranks."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, w = x.shape[2], x.shape[3]
+        return x.sum((2, 3), keepdim=True) / (h * w - 1), x.sum(-1) / (w - 1)
+
+
+def test_two_sizes_at_two_ranks_are_per_image_inputs_made_on_the_host() -> None:
+    """A filled tensor of ones' shape was taken whole by every image, with ncnn's leading 1: the
+    [1, 1, 1, 1] became a 5-D blob, and lower() refused the graph (neither layout gave its values)."""
+    require_target("ncnn")
+    import fxdeploy
+
+    model = Means().eval()
+    shapes = {"x": {0: ("batch", 1, 4), **SHAPES["x"]}}
+    deployed = fxdeploy.lower(model, (torch.randn(2, 3, 64, 64),), target="ncnn", dynamic_shapes=shapes)
+    assert [stage["kind"] for stage in deployed.manifest["info"]["ncnn"]["stages"]] == ["empty", "host", "engine"]
+    for batch, size in zip((1, 3, 2, 4, 1), SIZES, strict=True):
+        x = torch.randn(batch, 3, *size)
+        with torch.no_grad():
+            for got, want in zip(deployed(x), model(x), strict=True):
+                assert got.shape == want.shape, (batch, size)
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
