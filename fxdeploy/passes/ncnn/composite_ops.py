@@ -23,6 +23,7 @@ graph, lower() refused it). Each is, by its definition, ops ncnn has layers for:
     repeat_interleave(x, r, d) x.unsqueeze(d + 1) repeated r times there, dims d and d + 1 flattened
                                (the last of 4 dims: swapped with the one before it, both ways)
     outer(a, b)                a.unsqueeze(1) * b.unsqueeze(0)
+    mse_loss, l1_loss, ...     the element-wise losses and broadcast_tensors (``loss_spellings``)
     addcmul(x, a, b, value)    x + value * a * b       addcdiv: x + value * a / b
 
 The mean-of-squares spelling of var is the textbook two-pass variance; PyTorch computes Welford's
@@ -51,6 +52,7 @@ from torch.fx.proxy import GraphAppendingTracer, Proxy
 
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import call_site, replaced_by
+from fxdeploy.passes.ncnn import loss_spellings as losses
 from fxdeploy.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -176,6 +178,7 @@ _SPELLINGS: dict[Any, tuple[Callable[..., Any], tuple[torch.dtype, ...] | None]]
     aten.diff.default: (_diff, _FLOAT32), aten.rot90.default: (_rot90, _ANY), aten.tile.default: (_tile, _ANY),
     aten.repeat_interleave.self_int: (_repeat_interleave, _ANY), aten.outer.default: (_outer, _FLOAT32),
     aten.addcmul.default: (_addc(aten.mul.Tensor), _FLOAT32), aten.addcdiv.default: (_addc(aten.div.Tensor), _FLOAT32),
+    **{op: (spell, _FLOAT32) for op, spell in losses.SPELLINGS.items()},
 }
 """op -> (its spelling, from the op's arguments by name; the dtypes of the tensors it fires on)."""
 
@@ -225,10 +228,13 @@ def check(node: Node) -> str | None:
         return "an input carries no tensor value"
     if dtypes is not None and any(t.dtype not in dtypes for t in tensors):
         return f"an input's dtype is not one of {[str(d) for d in dtypes]}"
-    if isinstance(node.meta.get("val"), tuple) and any(u.target is not operator.getitem for u in node.users):
+    if isinstance(node.meta.get("val"), (tuple, list)) and any(u.target is not operator.getitem for u in node.users):
         return "a reader takes its tuple whole"
     if node.target is aten.repeat_interleave.self_int:
         return _interleave_check(node)
+    if node.target in losses.SPELLINGS:
+        arguments = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+        return losses.check(node.target, arguments.kwargs)
     return None
 
 

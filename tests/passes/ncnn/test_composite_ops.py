@@ -1,11 +1,13 @@
 """composite_ops: a postprocess's std, var_mean, aminmax, any/all/count_nonzero, diff, rot90, tile,
-repeat_interleave, outer, addcmul and addcdiv are the ops that define them. pnnx left each an
+repeat_interleave, outer, addcmul, addcdiv and element-wise losses are the ops that define them. pnnx left each an
 ``aten::`` layer ncnn cannot create, so each ran on the host between two engines (and a graph of
 them alone was refused)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+import torch.nn.functional as F
 
 from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithmetic
 from fxdeploy.passes.ncnn.composite_ops import _SPELLINGS, check, composite_ops
@@ -14,6 +16,7 @@ from fxdeploy.settings import Settings
 from tests.helpers import require_target
 from tests.passes.graphs import applied
 
+pytestmark = pytest.mark.filterwarnings("ignore:Using a target size:UserWarning")  # the broadcast is meant
 SHAPES = {"x": {0: ("batch", 1, 4), 2: ("h", 8, 64), 3: ("w", 8, 64)}}
 SIZES = ((1, 8, 8), (3, 13, 9), (2, 64, 37), (1, 11, 64))
 
@@ -32,7 +35,10 @@ class Statistics(torch.nn.Module):
         copies = x.tile((1, 1, 2, 1)) + 1.0
         spread_rows = x[:, 0].repeat_interleave(2, dim=1) * 3.0
         mixed = torch.addcmul(x, x, x, value=0.5) + torch.addcdiv(x, x, x.abs() + 1.0)
-        return standardized, low * high, spread, hits, *steps, turned, copies, spread_rows, mixed
+        mirrored = x.flip(1)
+        costs = (F.l1_loss(x, mirrored, reduction="none"), F.mse_loss(x, mirrored[:, :1], reduction="none"),
+                 F.smooth_l1_loss(x, mirrored, reduction="none", beta=0.5), F.huber_loss(x, mirrored, reduction="none"))
+        return standardized, low * high, spread, hits, *steps, turned, copies, spread_rows, mixed, *costs
 
 
 def _graph(model: torch.nn.Module) -> torch.fx.GraphModule:
@@ -50,7 +56,8 @@ def test_each_composite_op_is_spelled_and_the_values_are_eagers() -> None:
     found = {n.target.name() for n in _composites(gm)}
     assert {"aten::var_mean", "aten::aminmax", "aten::std", "aten::var", "aten::any", "aten::all",
             "aten::count_nonzero", "aten::diff", "aten::rot90", "aten::tile", "aten::repeat_interleave",
-            "aten::addcmul", "aten::addcdiv"} <= {name.split(".")[0] for name in found}
+            "aten::addcmul", "aten::addcdiv", "aten::broadcast_tensors", "aten::l1_loss", "aten::mse_loss",
+            "aten::smooth_l1_loss", "aten::huber_loss"} <= {name.split(".")[0] for name in found}
     assert [check(n) for n in _composites(gm)] == [None] * len(_composites(gm))
     gm = applied(composite_ops, gm)
     assert not _composites(gm)
@@ -67,7 +74,8 @@ def test_each_composite_op_is_spelled_and_the_values_are_eagers() -> None:
 def test_an_outer_product_and_a_whole_reduction_are_spelled() -> None:
     class Whole(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return torch.outer(x[0], x[1]), x.std(), (x > 0).any(), x.repeat_interleave(3)
+            return (torch.outer(x[0], x[1]), x.std(), (x > 0).any(), x.repeat_interleave(3),
+                    F.mse_loss(x, x.flip(0)), F.l1_loss(x, x[:1], reduction="sum"), F.huber_loss(x, x * 3, delta=0.5))
 
     x = torch.randn(2, 5)
     gm = applied(composite_ops, torch.export.export(Whole(), (x,)).module())
