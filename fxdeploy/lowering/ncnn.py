@@ -52,7 +52,7 @@ from fxdeploy.lowering.ncnn_sizes import refuse_fixed_sizes
 from fxdeploy.lowering.torchscript import script_graph, trace_graph
 from fxdeploy.partition import Engine, Host, HostOp, Plan, Source, Stage
 from fxdeploy.partition.cut import Part, split_parts
-from fxdeploy.partition.host_nodes import COPIED_IN, HOST_REASON
+from fxdeploy.partition.host_reasons import COPIED_IN, HOST_REASON
 from fxdeploy.settings import Settings
 
 

@@ -37,6 +37,7 @@ def optimize(program: Any) -> None:
     for _ in range(ROUNDS):
         changed = optimizer.fold_constants(model, onnx_shape_inference=True).modified
         changed = RewritePass(rules)(model).modified or changed
+        changed = _orphans_registered(model.graph) or changed
         changed = passes.Sequential(
             common.RemoveUnusedNodesPass(), common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()
         )(model).modified or changed
@@ -71,3 +72,28 @@ def linear_rules() -> tuple[Any, ...] | None:
         if single:
             kept.append(rule)
     return tuple(kept)
+
+
+def _orphans_registered(graph: Any) -> bool:
+    """Register again the constants a rewrite left unregistered; whether there were any.
+
+    onnxscript 0.7's RewritePass stores each initializer a rule makes under the name the rule gives
+    it, replacing one of that name already there: two ``clamp(y, -1, 1)`` of one tensor both become
+    a Clip with bounds named ``y_min``, and the first Clip then read a value the graph no longer
+    held (ONNX Runtime: "Node input 'y_min_1' is not a graph input, initializer, or output of a
+    previous node"; lower() failed). Each such value keeps its tensor and is registered under a
+    free name."""
+    known = {id(value) for value in (*graph.initializers.values(), *graph.inputs)}
+    found = False
+    for node in graph:
+        for value in node.inputs:
+            if value is None or value.producer() is not None or id(value) in known or value.const_value is None:
+                continue
+            name, k = value.name or "constant", 1
+            while name in graph.initializers:
+                name, k = f"{value.name or 'constant'}_{k}", k + 1
+            value.name = name
+            graph.register_initializer(value)
+            known.add(id(value))
+            found = True
+    return found

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from fxdeploy.partition.host_nodes import FORCED, HOST_REASON, SIZES, host_nodes, input_free, packet
+from fxdeploy.partition.host_nodes import SIZES, host_nodes, input_free, packet
+from fxdeploy.partition.host_reasons import FORCED, HOST_REASON
 from fxdeploy.partition.plan import Source
 from fxdeploy.passes.base import PassResult
 from fxdeploy.settings import Settings

@@ -22,6 +22,20 @@ import torch
 from torch.fx import GraphModule, Node
 
 from fxdeploy.ops.names import MULTICLASS_NMS, is_nms
+from fxdeploy.partition.host_reasons import (
+    AFTER_NMS,
+    BETWEEN_HOST_OPS,
+    FORCED,
+    INFINITE_WINDOW,
+    INTEGER_ON_HOST,
+    MADE_FROM_SIZES,
+    NO_ARGMAX_LAYER,
+    NO_AXIS_LAYER,
+    NO_GATHER_LAYER,
+    NO_NMS_LAYER,
+    NO_SELECTION_LAYER,
+    STEPPED_WRITE,
+)
 from fxdeploy.passes.graph_utils import attribute
 from fxdeploy.passes.infinite_windows import check as infinite_window
 from fxdeploy.passes.infinite_windows import infinities
@@ -74,30 +88,13 @@ _CUTS = frozenset({_aten.slice, _aten.narrow})
 length). Not a parameter: pnnx keeps a parameter's slice by a size dynamic, and folds a buffer's."""
 
 _UNTAGGED_POINTWISE = frozenset({_aten.floor_divide, _aten.triu, _aten.tril})
+_INDICES = frozenset({_aten.argmax, _aten.argmin})
+"""An index along one axis: ncnn's ArgMax reduces the whole blob, and pnnx leaves these unconverted
+wherever they are. On the host from the start, with the integer arithmetic on them (a heatmap
+peak's column and row, ``idx % w`` and ``idx // w``: ncnn has no integers, its remainder rounds to
+nearest, and pnnx writes a floor division by a run-time size as an expression ncnn cannot run)."""
 
 SIZES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
-
-HOST_REASON = "fxdeploy_host_reason"
-"""The ``node.meta`` key under which the cut records why a node runs on the host."""
-FORCED = "fxdeploy_host_forced"
-"""The ``node.meta`` key that sends a node to the host whatever its op, with the reason: the ncnn
-lowering sets it on the nodes behind a layer pnnx left unconverted (``partition.recut``)."""
-
-# Why a node runs on the host, as the plan records it and the lowering report shows it.
-NO_NMS_LAYER = "ncnn has no NMS layer"
-NO_SELECTION_LAYER = "ncnn has no top-k, sort, nonzero, scatter or cumsum layer, and this one reads the inputs"
-NO_GATHER_LAYER = "ncnn has no gather or index layer, and the index is computed at run time on the host"
-AFTER_NMS = "reads the NMS's results"
-NO_AXIS_LAYER = "ncnn has no layer for it (a comparison, a cast, an argmax over one axis), and only host ops read it"
-BETWEEN_HOST_OPS = "only host ops read it, and it reads host values: in an engine it would pass values back and forth"
-COPIED_IN = ("copied in by the cut: a size, or a value made without the inputs, which no stage hands over (or a "
-             "squeeze of a value handed over with a leading 1)")
-STEPPED_WRITE = "pnnx writes a stepped slice_scatter as ncnn's CopyTo, which ignores the step"
-INFINITE_WINDOW = ("the graph can fill its windows with an infinity, and over a window of infinities only ncnn gives "
-                   "a finite float, the lowest or the largest (eager: the infinity)")
-MADE_FROM_SIZES = ("made from the image's run-time size: ncnn cannot make it, and pnnx folds it only at a fixed "
-                   "size; the engine takes it as an input")
-
 
 def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     """The nodes that run on the host, each with why (one of the reasons above); ``free`` are the
@@ -108,6 +105,7 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     holds = infinities(gm)
     for node in (n for n in gm.graph.nodes if n not in free and infinite_window(n, holds) is None):
         forced.setdefault(node, INFINITE_WINDOW)
+    forced.update((n, NO_ARGMAX_LAYER) for n in gm.graph.nodes if packet(n) in _INDICES and n not in free)
     seeds = [n for n in gm.graph.nodes if (packet(n) in _SELECTIONS and n not in free) or n in forced]
     reasons = dict.fromkeys(_made_from_sizes(gm, free), MADE_FROM_SIZES)
     if not nms and not seeds:
@@ -117,8 +115,9 @@ def host_nodes(gm: GraphModule, free: set[Node]) -> dict[Node, str]:
     after_nms = _descendants(nms)
     host = after_nms | set(seeds)
     host |= _host_only_inputs(host)
-    for node in _host_fed_only_host(gm, host, free):
-        reasons[node] = forced.get(node) or _why(node, after_nms)
+    integers: set[Node] = set()
+    for node in _host_fed_only_host(gm, host, free, set(reasons), integers):
+        reasons[node] = forced.get(node) or (INTEGER_ON_HOST if node in integers else _why(node, after_nms))
     return reasons
 
 
@@ -207,7 +206,9 @@ def _host_only_inputs(host: set[Node]) -> set[Node]:
         views -= alone
 
 
-def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> set[Node]:
+def _host_fed_only_host(
+    gm: GraphModule, host: set[Node], free: set[Node], sized: set[Node], integers: set[Node],
+) -> set[Node]:
     """Add what is computed after host values for host nodes only: an engine stage there would
     only pass values back and forth. That is each view or host-only op, and each elementwise op
     that reads no engine value (an offset added to a top-k's indices; the sigmoid, clip and size
@@ -215,10 +216,11 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
     position of each top-k peak, from its index). An item of a host node's outputs is the host's
     too: a stage hands over tensors, not tuples. Other compute after a host node stays on an
     engine: layers with weights (a decoder on gathered queries), and anything that reads an engine
-    value (DETR's whole decoder reads a mask)."""
+    value (DETR's whole decoder reads a mask). Integer arithmetic on host values (and on tensors
+    made from sizes, ``sized``) goes whoever reads it (``integers`` collects it: ``INTEGER_ON_HOST``)."""
     after = _descendants(list(host)) - host
     host = set(host) | {n for n in after if packet(n) is operator.getitem and n.args[0] in host}
-    engine_free = set(host)  # computed from host values, sizes and weights only
+    engine_free = set(host) | sized  # computed from host values, sizes and weights only
     for node in gm.graph.nodes:
         if node in after and all(a in engine_free or a in free or a.op == "get_attr"
                                  or isinstance(a.meta.get("val"), SIZES) for a in node.all_input_nodes):
@@ -230,6 +232,11 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
             writes = packet(node) in _WRITES
             if node not in after or node in host or not node.users:
                 continue
+            if _integer(node) and node in engine_free and _pointwise(node):
+                host.add(node)  # whoever reads it: ncnn's float engine would compute it otherwise
+                integers.add(node)
+                changed = True
+                continue
             if not all(u in host or (u.op == "output" and node in engine_free) for u in node.users):
                 continue
             if packet(node) in _MOVABLE or (node in engine_free and (
@@ -237,6 +244,11 @@ def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node]) -> se
                 host.add(node)
                 changed = True
     return host
+
+
+def _integer(node: Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() and value.dtype != torch.bool
 
 
 def _pointwise(node: Node) -> bool:

@@ -2,7 +2,7 @@
 
 ``host_postprocess_split`` keeps the graph it cut (``gm.meta[UNSPLIT]``), and every node keeps its
 name from there (``node.meta[ORIGIN]``) in whichever stage it lands. ``recut`` marks the named
-nodes of that graph for the host (``host_nodes.FORCED``, with the reason the report shows) and
+nodes of that graph for the host (``host_reasons.FORCED``, with the reason the report shows) and
 cuts a copy of it again; the marks stay on the copy's kept graph, so a later round adds to them.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch.fx import GraphModule, Node
 
 from fxdeploy.partition.cut import ORIGIN, UNSPLIT, host_postprocess_split, plain_copy
-from fxdeploy.partition.host_nodes import FORCED
+from fxdeploy.partition.host_reasons import FORCED
 from fxdeploy.settings import Settings
 
 

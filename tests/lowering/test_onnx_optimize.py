@@ -67,3 +67,24 @@ def test_the_optimized_graph_keeps_its_values(target: str, tmp_path) -> None:
         y, m = torch.randn(batch, 6), torch.randint(0, 9, (batch, 6))
         for got, want in zip(deployed(y, m), model(y, m), strict=True):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+class Clamps(torch.nn.Module):
+    """Four clamps of one tensor: onnxscript's Min/Max-to-Clip rule names each Clip's bounds
+    ``{input}_min``/``_max``, and its RewritePass replaced the first Clip's bounds with the next's
+    under that name, leaving the first Clip reading values the graph no longer held."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 3 - 1.5
+        return torch.tan(y.clamp(-1, 1)) + torch.asin(y.clamp(-0.5, 0.7)) * 2 + y.clamp(0.1, 0.2) + y.clamp(-1, 1)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "openvino"])
+def test_clips_of_one_tensor_keep_each_its_own_bounds(target: str) -> None:
+    require_target(target)
+    model = Clamps().eval()
+    deployed = fxdeploy.lower(model, (torch.rand(2, 4, 18, 18),), target=target,
+                              dynamic_shapes={"x": {0: ("batch", 1, 4), 2: ("h", 10, 34), 3: ("w", 10, 34)}})
+    for shape in ((1, 4, 10, 10), (3, 4, 13, 21), (4, 4, 34, 17)):
+        x = torch.rand(shape)
+        torch.testing.assert_close(deployed(x), model(x), rtol=1e-5, atol=1e-5)

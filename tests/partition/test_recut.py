@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fxdeploy.partition.cut import host_postprocess_split, split_parts
-from fxdeploy.partition.host_nodes import HOST_REASON
+from fxdeploy.partition.host_reasons import HOST_REASON
 from fxdeploy.partition.recut import origin, recut
 from fxdeploy.passes import op_histogram
 from fxdeploy.settings import Settings
