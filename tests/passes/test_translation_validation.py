@@ -43,6 +43,7 @@ FIRES: dict[str, set[str]] = {
     "layers": {"remove_dropout", "whole_input_pool", "pool_divisors", "vacuous_masks", "fold_constants",
                "strided_slices", "unit_selects"},
     "dynamic_batch": {"contiguous_reshapes", "pad_compactions", "whole_input_pool", "remove_noops"},
+    "composites": {"composite_ops", "unfused_activations", "dynamic_slices", "comparisons_as_arithmetic"},
 }
 """What each family's programs must make fire: a check of passes that never rewrite anything checks nothing."""
 

@@ -79,6 +79,9 @@ REASSOCIATING: dict[str, Closeness] = {
     # an antialiased resize as gathered taps times torch's own weights, summed per axis by a reduction
     # rather than torch's loop (seen: 6e-8).
     "antialiased_resizes": Closeness(1e-6, 1e-6),
+    # var as the mean of squared deviations (two passes; torch: Welford's running form), std its root,
+    # and huber/smooth_l1 without a branch: other roundings of the same values.
+    "composite_ops": Closeness(1e-5, 1e-5),
 }
 """Passes whose rewrite may round a float differently, and by how much. Every other pass is exact."""
 FP16 = Closeness(1e-2, 1e-2)

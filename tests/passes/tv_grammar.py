@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from tests.passes.tv_composites import composite
 from tests.passes.tv_programs import (
     THRESHOLDS,
     Builder,
@@ -614,7 +615,7 @@ STATEMENTS: dict[str, Callable[[Builder], Statement | None]] = {
     "expand": expand, "copy": copy, "unary": unary, "binary": binary, "reduce": reduce, "max": max_dim,
     "cast": cast, "where": where, "cat": cat, "sort": sort, "take": take, "write": write,
     "selection": selection, "top_rows": top_rows, "nms": nms, "layer": layer, "padded_copy": padded_copy,
-    "constant": constant, "clone_write": clone_write,
+    "constant": constant, "clone_write": clone_write, "composite": composite,
 }
 WEIGHTS = {"write": 6, "copy": 4, "reshape": 3, "permute": 3, "select": 2, "slice": 3, "selection": 3, "top_rows": 3,
            "nms": 3, "unary": 2, "binary": 2, "layer": 2}
@@ -627,6 +628,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], bool | None]] = {
     "layers": (("layer", "layer", "layer", "padded_copy", "constant", *VIEWS, "unary", "binary", "max", "write"),
                False),
     "dynamic_batch": ((*VIEWS, *VALUES, "write", "clone_write", "layer", "constant", "selection", "nms"), True),
+    "composites": (("composite", "composite", "composite", "slice", "select", "unary", "binary", "reduce"), None),
 }
 """Kinds of statements and whether the batch is dynamic: one family a test, so that each draws
 programs dense in what its passes rewrite (views and writes; selections, top-k and NMS; layers,
