@@ -24,6 +24,7 @@ from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import LoweringError, user_stacklevel
 from fxdeploy.parity.closeness import check_close
 from fxdeploy.parity.compare_rows import compare_rows
+from fxdeploy.parity.coupled_images import coupling
 from fxdeploy.parity.referee import refereed
 from fxdeploy.parity.rows import RowsSpec
 from fxdeploy.stages import stage
@@ -243,6 +244,9 @@ def run_checks(
             try:
                 checked = compare(label, inputs, got, want, atol, target, detections, precision, example_shapes)
             except LoweringError as exc:
+                coupled = coupling(inputs, want, eager_fn, atol) if target == "ncnn" else None
+                if coupled is not None:
+                    raise LoweringError(f"{exc}. {coupled}") from exc
                 if referee is None or precision != "fp32" or detections and any(detections):
                     raise
                 checked = Checked(*refereed(exc, got, want, referee, inputs, atol))
