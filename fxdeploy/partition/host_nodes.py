@@ -216,8 +216,9 @@ def _host_fed_only_host(
     position of each top-k peak, from its index). An item of a host node's outputs is the host's
     too: a stage hands over tensors, not tuples. Other compute after a host node stays on an
     engine: layers with weights (a decoder on gathered queries), and anything that reads an engine
-    value (DETR's whole decoder reads a mask). Integer arithmetic on host values (and on tensors
-    made from sizes, ``sized``) goes whoever reads it (``integers`` collects it: ``INTEGER_ON_HOST``)."""
+    value (DETR's whole decoder reads a mask). Integer and bool values computed from host values (and
+    tensors made from sizes, ``sized``) go whoever reads them (``integers`` collects them:
+    ``INTEGER_ON_HOST``): a cast of them to float takes them to the engine as an input."""
     after = _descendants(list(host)) - host
     host = set(host) | {n for n in after if packet(n) is operator.getitem and n.args[0] in host}
     engine_free = set(host) | sized  # computed from host values, sizes and weights only
@@ -232,7 +233,7 @@ def _host_fed_only_host(
             writes = packet(node) in _WRITES
             if node not in after or node in host or not node.users:
                 continue
-            if _integer(node) and node in engine_free and _pointwise(node):
+            if node in engine_free and _integer(node):
                 host.add(node)  # whoever reads it: ncnn's float engine would compute it otherwise
                 integers.add(node)
                 changed = True
@@ -247,8 +248,9 @@ def _host_fed_only_host(
 
 
 def _integer(node: Node) -> bool:
+    """Integer or bool values (a comparison's, a pad of them): ncnn's engine has floats only."""
     value = node.meta.get("val")
-    return isinstance(value, torch.Tensor) and not value.is_floating_point() and value.dtype != torch.bool
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex()
 
 
 def _pointwise(node: Node) -> bool:

@@ -15,7 +15,8 @@ AFTER_NMS = "reads the NMS's results"
 NO_AXIS_LAYER = "ncnn has no layer for it (a comparison, a cast, an argmax over one axis), and only host ops read it"
 BETWEEN_HOST_OPS = "only host ops read it, and it reads host values: in an engine it would pass values back and forth"
 NO_ARGMAX_LAYER = "ncnn has no argmax or argmin over one axis (its ArgMax reduces the whole blob)"
-INTEGER_ON_HOST = "integer arithmetic on host values: ncnn has no integers (its remainder rounds to nearest)"
+INTEGER_ON_HOST = ("integer or bool values computed from host values: ncnn has no integers (its remainder rounds to "
+                   "nearest)")
 COPIED_IN = ("copied in by the cut: a size, or a value made without the inputs, which no stage hands over (or a "
              "squeeze of a value handed over with a leading 1)")
 STEPPED_WRITE = "pnnx writes a stepped slice_scatter as ncnn's CopyTo, which ignores the step"
