@@ -13,8 +13,8 @@ from fxdeploy.passes.ncnn.comparisons_as_arithmetic import comparisons_as_arithm
 from fxdeploy.passes.ncnn.composite_ops import _SPELLINGS, check, composite_ops
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.settings import Settings
-from tests.helpers import require_target
 from tests.passes.graphs import applied
+from tests.passes.ncnn.on_engine import assert_eagers_on_ncnn
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using a target size:UserWarning")  # the broadcast is meant
 SHAPES = {"x": {0: ("batch", 1, 4), 2: ("h", 8, 64), 3: ("w", 8, 64)}}
@@ -97,15 +97,4 @@ def test_other_dtypes_and_a_4d_interleave_of_a_dynamic_size_stay() -> None:
 
 
 def test_statistics_at_a_dynamic_size_run_on_ncnns_engine_alone() -> None:
-    require_target("ncnn")
-    import fxdeploy
-
-    model = Statistics().eval()
-    deployed = fxdeploy.lower(model, (torch.randn(2, 3, 16, 16),), target="ncnn", dynamic_shapes=SHAPES)
-    assert [stage["kind"] for stage in deployed.manifest["info"]["ncnn"]["stages"]] == ["engine"]
-    for batch, h, w in SIZES:
-        x = torch.randn(batch, 3, h, w)
-        with torch.no_grad():
-            for got, want in zip(deployed(x), model(x), strict=True):
-                assert got.shape == want.shape, (batch, h, w)
-                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert_eagers_on_ncnn(Statistics(), torch.randn(2, 3, 16, 16), SHAPES, SIZES, rtol=1e-4, atol=1e-4)

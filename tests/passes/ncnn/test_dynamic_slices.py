@@ -10,8 +10,8 @@ import torch
 from fxdeploy.passes.ncnn.dynamic_slices import check, dynamic_slices
 from fxdeploy.passes.remove_asserts import remove_asserts
 from fxdeploy.settings import Settings
-from tests.helpers import require_target
 from tests.passes.graphs import applied
+from tests.passes.ncnn.on_engine import assert_eagers_on_ncnn
 
 aten = torch.ops.aten
 SHAPES = {"x": {0: ("batch", 1, 4), 2: ("h", 8, 64), 3: ("w", 8, 64)}}
@@ -65,14 +65,4 @@ def test_a_slice_of_a_static_size_or_dim_stays() -> None:
 
 
 def test_neighbours_at_a_dynamic_size_are_eagers_on_ncnn() -> None:
-    require_target("ncnn")
-    import fxdeploy
-
-    model = Neighbours().eval()
-    deployed = fxdeploy.lower(model, (torch.randn(2, 3, 16, 16),), target="ncnn", dynamic_shapes=SHAPES)
-    assert [stage["kind"] for stage in deployed.manifest["info"]["ncnn"]["stages"]] == ["engine"]
-    for batch, h, w in SIZES:
-        x = torch.randn(batch, 3, h, w)
-        with torch.no_grad():
-            for got, want in zip(deployed(x), model(x), strict=True):
-                assert got.shape == want.shape and float((got - want).abs().max()) <= 1e-6, (batch, h, w)
+    assert_eagers_on_ncnn(Neighbours(), torch.randn(2, 3, 16, 16), SHAPES, SIZES)

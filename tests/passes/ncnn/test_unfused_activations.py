@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from fxdeploy.passes.ncnn.unfused_activations import check, unfused_activations
-from tests.helpers import require_target
 from tests.passes.graphs import applied
+from tests.passes.ncnn.on_engine import assert_eagers_on_ncnn
 
 
 class Formulas(torch.nn.Module):
@@ -45,15 +45,6 @@ def test_each_fused_pattern_is_respelled_bit_for_bit() -> None:
 
 
 def test_the_activations_run_on_ncnns_engine() -> None:
-    require_target("ncnn")
-    import fxdeploy
-
-    model = Activations().eval()
-    deployed = fxdeploy.lower(model, (torch.randn(2, 4, 16, 16),), target="ncnn",
-                              dynamic_shapes={"x": {0: ("batch", 1, 4), 2: ("h", 8, 32), 3: ("w", 8, 32)}})
-    assert [stage["kind"] for stage in deployed.manifest["info"]["ncnn"]["stages"]] == ["engine"]
-    for batch, h, w in ((1, 8, 8), (3, 13, 11), (2, 32, 9)):
-        x = torch.randn(batch, 4, h, w)
-        with torch.no_grad():
-            for got, want in zip(deployed(x), model(x), strict=True):
-                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    shapes = {"x": {0: ("batch", 1, 4), 2: ("h", 8, 32), 3: ("w", 8, 32)}}
+    sizes = ((1, 8, 8), (3, 13, 11), (2, 32, 9))
+    assert_eagers_on_ncnn(Activations(), torch.randn(2, 4, 16, 16), shapes, sizes, rtol=1e-4, atol=1e-5)
