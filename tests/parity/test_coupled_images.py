@@ -44,3 +44,12 @@ def test_the_coupling_is_told_from_eager_alone() -> None:
     assert coupling([x], FirstImage()(x), run(FirstImage()), 1e-5) is not None
     assert coupling([x], PerImage()(x), run(PerImage()), 1e-5) is None
     assert coupling([x[:1]], FirstImage()(x[:1]), run(FirstImage()), 1e-5) is None  # one image couples nothing
+
+
+def test_a_model_that_cannot_run_one_image_alone_leaves_the_checks_words() -> None:
+    class Pairs(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.view(x.shape[0] // 2, 2, -1).flip(1).reshape(x.shape)
+
+    x = torch.rand(4, 3)
+    assert coupling([x], Pairs()(x), lambda inputs: Pairs()(*inputs), 1e-5) is None

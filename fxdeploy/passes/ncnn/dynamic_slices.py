@@ -56,7 +56,7 @@ def dynamic_slices(gm: torch.fx.GraphModule, settings: Settings) -> PassResult:
 
 def _spelled(graph: torch.fx.Graph, node: Node) -> list[Node]:
     """The nodes of the slice with its end as an expression of sizes (the slice last)."""
-    source, dim, start = node.args[0], node.args[1], _start(node)
+    source, dim, start = node.args[0], node.args[1] if len(node.args) > 1 else 0, _start(node)
     if node.target is aten.narrow.default:
         length = node.args[3]
         end = graph.call_function(operator.add, (start, length)) if isinstance(length, Node) else start + length
@@ -90,7 +90,7 @@ def check(node: Node) -> str | None:
         return "its input carries no tensor value"
     if node.target is aten.slice.Tensor and (node.args[4:5] or (1,))[0] != 1:
         return "its step is not 1 (strided_slices spells a stepped slice)"
-    dim = node.args[1] % value.dim()
+    dim = (node.args[1] if len(node.args) > 1 else 0) % value.dim()
     dynamic = isinstance(source.meta["val"].shape[dim], torch.SymInt) and isinstance(value.shape[dim], torch.SymInt)
     if node.target is aten.slice.Tensor and not dynamic:
         return "it slices a static dim, or to a static size (pnnx keeps it)"
