@@ -206,9 +206,8 @@ def _host_only_inputs(host: set[Node]) -> set[Node]:
         views -= alone
 
 
-def _host_fed_only_host(
-    gm: GraphModule, host: set[Node], free: set[Node], sized: set[Node], integers: set[Node],
-) -> set[Node]:
+def _host_fed_only_host(gm: GraphModule, host: set[Node], free: set[Node], sized: set[Node],
+                        integers: set[Node]) -> set[Node]:
     """Add what is computed after host values for host nodes only: an engine stage there would
     only pass values back and forth. That is each view or host-only op, and each elementwise op
     that reads no engine value (an offset added to a top-k's indices; the sigmoid, clip and size
@@ -216,9 +215,8 @@ def _host_fed_only_host(
     position of each top-k peak, from its index). An item of a host node's outputs is the host's
     too: a stage hands over tensors, not tuples. Other compute after a host node stays on an
     engine: layers with weights (a decoder on gathered queries), and anything that reads an engine
-    value (DETR's whole decoder reads a mask). Integer and bool values computed from host values (and
-    tensors made from sizes, ``sized``) go whoever reads them (``integers`` collects them:
-    ``INTEGER_ON_HOST``): a cast of them to float takes them to the engine as an input."""
+    value (DETR's whole decoder reads a mask). Integer and bool values computed from host values and
+    ``sized`` tensors go whoever reads them (into ``integers``): a float cast takes them to the engine."""
     after = _descendants(list(host)) - host
     host = set(host) | {n for n in after if packet(n) is operator.getitem and n.args[0] in host}
     engine_free = set(host) | sized  # computed from host values, sizes and weights only
