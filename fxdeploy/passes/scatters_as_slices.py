@@ -36,6 +36,7 @@ import sys
 from typing import Any, NamedTuple
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from fxdeploy.passes.base import PassResult
 from fxdeploy.passes.graph_utils import call_site, fill_meta
@@ -132,7 +133,7 @@ def scatter_span(node: Node) -> Span | str:
             return f"its index {index} is not a constant"
         index = index % size if static else index  # from the end of a dynamic dim: -1 is its last row
         last = index == -1 or (static and index + 1 == size)  # (no comparison of a dynamic size: a guard)
-        return Span(dim, index, None if last else index + 1, True)
+        return _kept_whole(Span(dim, index, None if last else index + 1, True), base, size)
     start, end, step = args.get("start"), args.get("end"), args.get("step", 1)
     start = 0 if start is None else start
     end = _TO_THE_END if end is None else end
@@ -145,11 +146,25 @@ def scatter_span(node: Node) -> Span | str:
         end = min(max(end + size if end < 0 else end, start), size)
         return Span(dim, start, None if end == size else end, False)
     if end >= _TO_THE_END:
-        return Span(dim, start, None, False)
+        return _kept_whole(Span(dim, start, None, False), base, size)
     written = src.shape[dim]  # a fixed count: start and end fall where slices of the base put them
     if not (isinstance(written, int) and written > 0):
         return f"it writes {start}:{end} of a dynamic dim, a count of rows not known here"
-    return Span(dim, start, end, False)
+    return _kept_whole(Span(dim, start, end, False), base, size)
+
+
+def _kept_whole(span: Span, base: torch.Tensor, size: torch.SymInt) -> Span | str:
+    """``span``, unless the base is 1-D and a piece kept around the write may be empty at some size
+    of its dynamic dim: torch's ``cat`` of 1-D pieces drops an empty one and reads the size to know
+    (a guard), which fixes the dim at the example's size for every pass after this one."""
+    if base.dim() != 1:
+        return span
+    before = span.start if span.start >= 0 else size + span.start
+    after = 0 if span.end is None else (-span.end if span.end < 0 else size - span.end)
+    for piece in (before, after):
+        if not isinstance(piece, int) and not statically_known_true(piece >= 1):
+            return f"a 1-D write on a dynamic dim whose rows beside it may be none ({piece} of them)"
+    return span
 
 
 def _arguments(node: Node) -> dict[str, Any]:

@@ -153,3 +153,30 @@ def test_scatters_no_slice_spells_stay_with_the_reason(
     assert "aten.slice_scatter.default" in op_histogram(result.graph_module)
     result.graph_module.recompile()
     same(result.graph_module(x), model(x))
+
+
+class FlatWrites(torch.nn.Module):
+    """Writes into a flattened batch: at the batch's smallest size (2) the row 23 is the last one,
+    so the rows after it are none there and some at any larger batch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.view(-1)
+        y = flat.clone()
+        y[22] = flat[21]
+        y[23] = flat[0] * 2
+        return y
+
+
+def test_a_1d_write_whose_rows_beside_it_may_be_none_keeps_the_dim_dynamic(caplog: pytest.LogCaptureFixture) -> None:
+    """A cat of 1-D pieces reads whether a piece is empty (a guard): spelled as one, the write at 23
+    fixed the batch at the example's for every later pass, which then wrote a 24-element result."""
+    model = FlatWrites()
+    gm = functional(model, torch.randn(2, 2, 3, 2), dynamic=({0: BATCH},))
+    with caplog.at_level(logging.DEBUG, logger="fxdeploy.passes.scatters_as_slices"):
+        result = scatters_as_slices(gm, Settings())
+    assert "rows beside it may be none" in caplog.text
+    assert result.modified  # the write at 22 has rows after it at every batch: a cat
+    result.graph_module.recompile()
+    for batch in (2, 3, 8):
+        x = torch.randn(batch, 2, 3, 2)
+        same(result.graph_module(x), model(x))
