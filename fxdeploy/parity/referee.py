@@ -11,7 +11,7 @@ float64 result or no further from it than eager is. Detections (rows) are never 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -19,38 +19,78 @@ from torch.utils import _pytree as pytree
 
 from fxdeploy.artifact import structure
 from fxdeploy.errors import LoweringError
+from fxdeploy.parity import decision_edges
 
 
 def refereed(
-    failure: LoweringError, got: Any, want: Any, referee: Callable[[list[torch.Tensor]], Any],
-    inputs: list[torch.Tensor], atol: float,
+    failure: LoweringError, got: Any, want: Any, referee: Callable[[list[torch.Tensor]], Any] | None,
+    inputs: list[torch.Tensor], atol: float, edges: Sequence[Callable[[list[torch.Tensor]], Any]] = (),
 ) -> tuple[float, dict[str, int]]:
-    """``failure`` taken back where the model run in float64 says the artifact is right: every float
-    leaf within the tolerance of the float64 result, or no further from it than eager's float32
-    result is (torch.cdist's matrix product, a variance of large values: eager's own rounding is
-    past the tolerance there). The elements excused that way are counted in the check's entry."""
+    """``failure`` taken back where, element by element, the artifact is within the tolerance of
+    the model run in float64, or no further from it than eager's float32 result is (torch.cdist's
+    matrix product, a variance of large values: eager's own rounding is past the tolerance there),
+    or its value hangs on a comparison at its edge (``edges``: the model run with its comparisons
+    tilted, ``fxdeploy.parity.decision_edges``). The elements excused are counted by rule."""
     if "differs from eager by" not in str(failure):
         raise failure
-    try:
-        exact = referee(inputs)
-    except Exception:  # noqa: BLE001 - a model that does not run in float64 has no referee
-        raise failure from None
-    leaves = [pytree.tree_leaves(structure.dataclasses_to_dicts(v)) for v in (got, want, exact)]
-    if len({len(v) for v in leaves}) != 1:
+    exact = _run(referee, inputs)
+    tilted = [_run(edge, inputs) for edge in edges]
+    runs = [got, want, exact, *tilted]
+    if exact is None and (len(tilted) != 2 or None in tilted):
+        raise failure  # nothing to referee with
+    leaves = [pytree.tree_leaves(structure.dataclasses_to_dicts(v)) if v is not None else None for v in runs]
+    if len({len(v) for v in leaves if v is not None}) != 1:
         raise failure
-    worst, excused = 0.0, 0
-    for have, ref, truth in zip(*leaves, strict=True):
-        if not isinstance(ref, torch.Tensor) or not ref.dtype.is_floating_point:
+    worst, excused = 0.0, {"eager_rounding": 0, "decision_edges": 0}
+    for i, (have, ref) in enumerate(zip(leaves[0], leaves[1], strict=True)):
+        if not isinstance(ref, torch.Tensor):
             continue
-        if not isinstance(truth, torch.Tensor) or truth.shape != ref.shape or have.shape != ref.shape:
+        others = [v[i] if v is not None else None for v in leaves[2:]]
+        if getattr(have, "shape", None) != ref.shape or any(
+                o is not None and getattr(o, "shape", None) != ref.shape for o in others):
             raise failure
-        a, b, t = have.double(), ref.double(), truth.double()
-        scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
-        off = (a - b).abs() > atol * scale
-        if bool(((a - t).abs() > atol * scale + (b - t).abs()).any()):
-            raise LoweringError(f"{failure} (the model run in float64 agrees with eager there, not with the artifact)")
-        worst, excused = max(worst, float((a - b).abs().max()) if b.numel() else 0.0), excused + int(off.sum())
-    return worst, {"eager_rounding": excused}
+        off, closer, edge = _judged(have, ref, others[0], others[1:], atol)
+        if bool((off & ~closer & ~edge).any()):
+            said = ("the model run in float64 agrees with eager there, not with the artifact" if others[0] is not None
+                    else "the model does not run in float64 to referee it")
+            raise LoweringError(f"{failure} ({said}; no comparison at its edge decides it)")
+        if ref.dtype.is_floating_point and ref.numel():
+            worst = max(worst, float((have.double() - ref.double()).abs().max()))
+        excused["eager_rounding"] += int((off & closer).sum())
+        excused["decision_edges"] += int((off & ~closer).sum())
+    return worst, {rule: count for rule, count in excused.items() if count or rule == "eager_rounding"}
+
+
+def _judged(
+    have: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor | None, edges: list[torch.Tensor | None], atol: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Element by element: past the tolerance of eager; no further from float64's value than eager
+    (an integer or bool: float64's value); at a comparison's edge. A float's tolerance is relative
+    to its largest magnitude; an integer's or a bool's to its own (at least 1), as the check's."""
+    a, b = have.double(), ref.double()
+    floating = ref.dtype.is_floating_point
+    scale = (max(1.0, float(b.abs().max())) if b.numel() else 1.0) if floating else b.abs().clamp(min=1)
+    tolerance = atol * scale
+    off = (a - b).abs() > tolerance
+    none = torch.zeros_like(off)
+    if truth is None:
+        closer = none
+    elif floating:
+        closer = (a - truth.double()).abs() <= tolerance + (b - truth.double()).abs()
+    else:
+        closer = a == truth.double()
+    edge = decision_edges.at_an_edge(a, edges, tolerance) if edges and None not in edges else none
+    return off, closer, edge
+
+
+def _run(call: Callable[[list[torch.Tensor]], Any] | None, inputs: list[torch.Tensor]) -> Any:
+    """``call(inputs)``, or None where there is none or it raises (a model that does not run in float64)."""
+    if call is None:
+        return None
+    try:
+        return call(inputs)
+    except Exception:  # noqa: BLE001 - no referee from this run
+        return None
 
 
 def in_float64(

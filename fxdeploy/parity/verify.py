@@ -22,6 +22,7 @@ from fxdeploy.artifact import structure
 from fxdeploy.artifact.dims import size_of
 from fxdeploy.capture.fixes import DimWarning
 from fxdeploy.errors import LoweringError, user_stacklevel
+from fxdeploy.parity import decision_edges
 from fxdeploy.parity.closeness import check_close
 from fxdeploy.parity.compare_rows import compare_rows
 from fxdeploy.parity.coupled_images import coupling
@@ -247,9 +248,9 @@ def run_checks(
                 coupled = coupling(inputs, want, eager_fn, atol) if target == "ncnn" else None
                 if coupled is not None:
                     raise LoweringError(f"{exc}. {coupled}") from exc
-                if referee is None or precision != "fp32" or detections and any(detections):
+                if precision != "fp32" or detections and any(detections):
                     raise
-                checked = Checked(*refereed(exc, got, want, referee, inputs, atol))
+                checked = Checked(*refereed(exc, got, want, referee, inputs, atol, decision_edges.tilted(eager_fn)))
         if label == "example":
             leaves = pytree.tree_leaves(structure.dataclasses_to_dicts(got))
             example_shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
