@@ -84,3 +84,14 @@ def test_an_integer_output_that_differs_is_refused_whatever_float64_says() -> No
     with pytest.raises(LoweringError, match="no comparison at its edge decides it"):
         refereed(_failure(), (scores, labels + 1), (scores + 0.01, labels), lambda inputs: (scores.double(), labels),
                  [torch.zeros(4)], 1e-4)
+
+
+def test_a_tilted_run_of_another_shape_leaves_the_float64_referee_its_say() -> None:
+    """A selection the tilt changes (``x[x > 0.5]``) gives the tilted runs another shape there: they
+    have no say on that output, and the float64 referee still excuses eager's own rounding."""
+    exact = torch.tensor([0.0, 1.0, 2.0, 3.0], dtype=torch.float64)
+    want, got = torch.tensor([0.01, 1.0, 2.0, 3.0]), torch.tensor([0.0, 1.0, 2.0, 3.0])
+    other = (torch.zeros(5),)
+    error, excused = refereed(_failure(), (got,), (want,), lambda inputs: (exact,), [torch.zeros(4)], 1e-4,
+                              [lambda inputs: other, lambda inputs: other])
+    assert excused == {"eager_rounding": 1}
