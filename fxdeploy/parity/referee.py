@@ -5,7 +5,9 @@ computes more than 25 rows by a matrix product (``|a|^2 + |b|^2 - 2ab``, whose s
 near-zero distance is off by 3e-4), a variance of large values loses its digits. An artifact that
 computes such a value better is not wrong. So where the check fails, the model runs in float64 on
 the same inputs; the artifact passes where, element by element, it is within the tolerance of the
-float64 result or no further from it than eager is. Detections (rows) are never refereed.
+float64 result or no further from it than eager is, or where its value hangs on a comparison at
+its edge (``fxdeploy.parity.decision_edges``). Integer and bool outputs are judged too, each element
+held to the check's tolerance. Detections (rows) are never refereed.
 """
 
 from __future__ import annotations
