@@ -46,7 +46,7 @@ class _Tilted(TorchDispatchMode):
         if not (greater or less) or kwargs or not _floats(*args):
             return func(*args, **kwargs)
         a, b = args
-        magnitude = torch.maximum(torch.as_tensor(a).abs(), torch.as_tensor(b, dtype=a.dtype).abs())
+        magnitude = torch.maximum(a.abs(), torch.as_tensor(b, dtype=a.dtype).abs())
         band = BAND * magnitude.clamp(min=1.0)
         if greater:
             return torch.ge(a, b - band) if self.lenient else torch.gt(a, b + band)

@@ -153,7 +153,7 @@ def scatter_span(node: Node) -> Span | str:
     return _kept_whole(Span(dim, start, end, False), base, size)
 
 
-def _kept_whole(span: Span, base: torch.Tensor, size: torch.SymInt) -> Span | str:
+def _kept_whole(span: Span, base: torch.Tensor, size: int | torch.SymInt) -> Span | str:
     """``span``, unless the base is 1-D and a piece kept around the write may be empty at some size
     of its dynamic dim: torch's ``cat`` of 1-D pieces drops an empty one and reads the size to know
     (a guard), which fixes the dim at the example's size for every pass after this one."""
