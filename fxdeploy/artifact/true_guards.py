@@ -10,7 +10,9 @@ Here such a guard is proven over the declared range, exactly: it is built from o
 constants, ``+``, ``-``, ``*`` by a constant, and ``//`` and ``%`` by a positive constant. With
 ``L`` the product of its divisors, every such term is affine in ``q`` on each residue class
 ``h = L*q + r``, so a comparison of two of them holds over a class's sizes in the range where it
-holds at the first and the last (and, for ``!=``, both sides differ the same way). Where every
+holds at the first and the last (and, for ``!=``, both sides differ the same way). Any other guard
+of the declared size, integer constants, those operators and ``min``/``max`` (torch 2.11 leaves
+``min(L, 2*L) == L`` unproven) is evaluated at each size of a range of at most ``EXHAUSTIVE``. Where every
 violation torch reports is such a guard, capture exports again with the guards kept as runtime
 asserts (``prefer_deferred_runtime_asserts_over_guards``): they are true at every size it admits.
 """
@@ -27,12 +29,14 @@ from typing import Any
 from fxdeploy.artifact.dims import INT_MAX, finite_or
 
 MAX_PERIOD = 4096  # residue classes checked per guard; a guard with a longer period keeps torch's fix
+EXHAUSTIVE = 1 << 14  # sizes a guard of another form is evaluated at; over a wider range torch's fix stands
 
 _VIOLATION = re.compile(r"^\s*- Not all values of (?P<name>\w+) = (?P<source>\S+) in the specified range .*? "
                         r"satisfy the generated guard (?P<guard>.+?)\.?\s*$")
 _COMPARE: dict[type, Callable[[int, int], bool]] = {
     ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq,
 }
+_CALLS: dict[str, Callable[..., int]] = {"min": min, "max": max}
 _ARITHMETIC: dict[type, Callable[[int, int], int]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
@@ -80,7 +84,33 @@ def holds(guard: str, low: int, high: int) -> bool:
     except SyntaxError:
         return False
     comparisons = tree.values if isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.And) else [tree]
-    return all(_compare_holds(c, low, high) for c in comparisons)
+    return all(_compare_holds(c, low, high) or _holds_at_each_size(c, low, high) for c in comparisons)
+
+
+def _holds_at_each_size(node: ast.expr, low: int, high: int) -> bool:
+    """Where the range has at most ``EXHAUSTIVE`` sizes, whether ``node`` is true at each one."""
+    if high - low >= EXHAUSTIVE or not isinstance(node, ast.Compare) or len(node.ops) != 1:
+        return False
+    op, left, right = type(node.ops[0]), node.left, node.comparators[0]
+    if (op not in _COMPARE and op is not ast.NotEq) or not (_evaluable(left) and _evaluable(right)):
+        return False
+    compare = _COMPARE.get(op, operator.ne)
+    try:
+        return all(compare(_value(left, size), _value(right, size)) for size in range(low, high + 1))
+    except ZeroDivisionError:
+        return False
+
+
+def _evaluable(node: ast.expr) -> bool:
+    """Whether ``node`` is built from ``size``, integer constants, ``+ - * // %`` and ``min``/``max``."""
+    if isinstance(node, ast.Call):
+        return (isinstance(node.func, ast.Name) and node.func.id in _CALLS and bool(node.args)
+                and not node.keywords and all(_evaluable(a) for a in node.args))
+    if isinstance(node, ast.BinOp):
+        return type(node.op) in _ARITHMETIC and _evaluable(node.left) and _evaluable(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, ast.USub | ast.UAdd) and _evaluable(node.operand)
+    return _affine(node, [])
 
 
 def _compare_holds(node: ast.expr, low: int, high: int) -> bool:
@@ -144,5 +174,7 @@ def _value(node: ast.expr, size: int) -> int:
     if isinstance(node, ast.UnaryOp):
         value = _value(node.operand, size)
         return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Call):
+        return _CALLS[node.func.id](*(_value(a, size) for a in node.args))  # type: ignore[attr-defined]
     assert isinstance(node, ast.BinOp)
     return _ARITHMETIC[type(node.op)](_value(node.left, size), _value(node.right, size))

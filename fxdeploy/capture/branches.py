@@ -19,7 +19,7 @@ from fxdeploy.capture.frames import Frame, chain, qualified, reached, section_fr
 
 _GUARD = re.compile(r"Could not guard on data-dependent expression (?P<expr>.+?) \(unhinted")
 _SIZE_LIKE = re.compile(r"\(Size-like symbols: (?P<symbols>[^)]*)\)")
-_SYMBOL = re.compile(r"\bu\d+\b")
+_SYMBOL = re.compile(r"\b(?:u|zuf)\d+\b")  # a data-dependent int (u0) or float (zuf0, torch 2.11)
 _DYNAMO_BRANCH = "Data-dependent branching"
 _ANONYMOUS = ("<listcomp>", "<genexpr>", "<dictcomp>", "<setcomp>", "<lambda>", "<module>")
 

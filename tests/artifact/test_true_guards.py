@@ -27,8 +27,13 @@ Suggested fixes:
         ("3*((size + 1) // 3) != size + 5", 0, 50, True),  # both sides differ by 4 to 6
         ("((size // 2) // 3) * 6 <= size", 0, 10**6, True),  # nested divisors: period 6
         ("size < 100", 0, INT_MAX, False),  # false at the top of the range only
-        ("size*size > 0", 1, 5, False),  # a product of sizes: not affine, not proven
-        ("max(size, 2) > 1", 0, 5, False),  # a call: not proven
+        ("size*size > 0", 1, 5, True),  # a product of sizes: not affine, evaluated at each size
+        ("size*size > 0", 0, 5, False),  # false at 0
+        ("min(size, 2*size) == size", 4, 32, True),  # torch 2.11's guard of a padding mask
+        ("min(size, 2*size) == size", 4, INT_MAX, False),  # too wide to evaluate at each size: not proven
+        ("max(size, 2) > 2", 0, 5, False),  # false at 0, 1 and 2
+        ("max(size, 2) > 1 and 16 // (size - 3) > -100", 0, 5, False),  # size 3 divides by zero
+        ("abs(size) >= 0", 0, 5, False),  # another call: not proven
         ("2*(((-1) + size) // 2) < size and size >= 4", 4, 64, True),
     ],
 )
@@ -39,6 +44,11 @@ def test_guards_are_proven_only_where_they_hold_at_every_size(guard: str, low: i
 
 
 def test_a_violation_is_proven_over_the_declared_range() -> None:
+    length = torch.export.Dim("length", min=4, max=32)
+    mask = CEIL_POOL.replace("h = L['x'].size()[2]", "length = L['x'].size()[2]").replace(
+        "2*(((-1) + L['x'].size()[2]) // 2) < L['x'].size()[2]",
+        "min(L['x'].size()[2], 2*L['x'].size()[2]) == L['x'].size()[2]")
+    assert all_hold(RuntimeError(mask), {"x": {2: length}})
     h = torch.export.Dim("h", min=4, max=64)
     assert all_hold(RuntimeError(CEIL_POOL), {"x": {2: h}})
     assert not all_hold(RuntimeError(CEIL_POOL), {"x": {2: torch.export.Dim("w")}})  # names no declared dim

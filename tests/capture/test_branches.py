@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from fxdeploy.capture import capture
-from fxdeploy.capture.branches import parse
+from fxdeploy.capture.branches import explain, parse
 from fxdeploy.errors import CaptureError
 from fxdeploy.settings import CaptureSettings, Settings
 
@@ -100,3 +100,14 @@ def test_parse_tells_sizes_from_values() -> None:
     assert guard is not None and guard.values and guard.site is not None
     assert guard.site.func == "forward" and guard.site.file == __file__
     assert parse(ValueError("no guard here")) is None
+
+
+def test_a_float_read_from_a_tensor_is_a_value_not_a_count() -> None:
+    """torch 2.11 names a float a tensor's value made (``.item()`` of a float) ``zuf0``: the message
+    said it "counts the rows a selection kept", naming no symbol."""
+    torch_says = RuntimeError("Could not guard on data-dependent expression zuf0 > 50.0 (unhinted: zuf0 > 50.0).  "
+                              "(Size-like symbols: none)")
+    guard = parse(torch_says)
+    assert guard is not None and guard.values == ("zuf0",)
+    text = "\n".join(explain(guard))
+    assert "reads a tensor's values (zuf0 comes from them)" in text and "counts the rows" not in text
