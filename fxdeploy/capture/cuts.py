@@ -4,6 +4,7 @@ the same op, called from the same line, the same occurrence there)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -72,13 +73,14 @@ class Cutting(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, name: str, cut: Cut) -> None:
         super().__init__(gm)
         self.name, self.cut = name, cut
-        self.broken: list[sympy.Basic] = []
+        self.broken: list[sympy.Basic | str] = []
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op == "call_function" and n.target in ASSERT_OPS:
             args, _ = self.fetch_args_kwargs_from_env(n)
             if n.target is aten._assert_scalar.default and not args[0]:
-                self.broken.append(assert_expr(n))
+                expr = assert_expr(n)
+                self.broken.append(_said(args[1] if len(args) > 1 else "") if expr is None else expr)
             return None
         if n.name != self.name:
             return super().run_node(n)
@@ -112,6 +114,13 @@ def called_from(site: Frame) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _said(message: Any) -> str:
+    """The expression an assert's message names (``ep.module()`` keeps no value on its condition
+    under torch 2.11): "Runtime assertion failed for expression Eq(u2, 23) on node 'eq'"."""
+    match = re.search(r"for expression (.+?) on node", str(message))
+    return match.group(1) if match else str(message)
 
 
 def assert_expr(node: torch.fx.Node) -> sympy.Basic | None:

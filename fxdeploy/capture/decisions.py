@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +82,7 @@ def recorded() -> Iterator[list[Decision]]:
 def refuse_values(decisions: list[Decision], ep: torch.export.ExportedProgram, model: Any) -> None:
     """Raise ``ValueDecided`` for the first decision that read a tensor's value: a float symbol, or
     an int one torch does not know to be a size."""
-    sizes = _size_like(ep)
+    sizes = _size_like(_shape_env(ep))
     for decision in decisions:
         values = sorted(
             s.name for s in decision.expression.free_symbols
@@ -110,7 +110,8 @@ def refuse_fixed_counts(decisions: list[Decision], ep: torch.export.ExportedProg
     replaced = getattr(env, "replacements", {})
     for decision in decisions:
         fixed = {s: replaced[s] for s in decision.expression.free_symbols  # a count's (unbacked), not a dim's
-                 if s.name.startswith("u") and getattr(replaced.get(s), "is_Integer", False)}
+                 if s.name.startswith("u") and getattr(replaced.get(s), "is_Integer", False)
+                 and not _head_read(s, decisions, env)}
         if not fixed:
             continue
         symbol, value = next(iter(fixed.items()))
@@ -134,10 +135,41 @@ _TENSOR_OPS = ("Write a loop or branch on the count with tensor ops: a mask of t
                "batched_nms(boxes, scores, labels, iou_threshold).")
 
 
+def _head_read(symbol: Any, decisions: list[Decision], env: Any) -> bool:
+    """Whether ``symbol`` is torch 2.11's own symbol for the head of selected rows (``nms(...)[:45]``:
+    ``u2 <= u1``, ``u1`` not fixed) and was only read (``len(pred)``), never compared: the padding
+    computes that head again from its padded input, and the ops that read its count follow or are
+    refused (``docs/internals.md``, "Data-dependent sizes that torch names anew")."""
+    if any(symbol in d.expression.free_symbols and d.expression != symbol for d in decisions):
+        return False
+    replaced = getattr(env, "replacements", {})
+    free = _size_like(env, lambda s: getattr(replaced.get(s), "is_Integer", False))
+    kept = (getattr(env, "deferred_runtime_asserts", None) or {}).get(symbol, ())
+    return any(_at_most(a.expr, symbol, free) for a in kept)
+
+
 def _shape_env(ep: torch.export.ExportedProgram) -> Any:
     mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
     return getattr(mode, "shape_env", None)
 
 
-def _size_like(ep: torch.export.ExportedProgram) -> set[sympy.Symbol]:
-    return set(getattr(_shape_env(ep), "size_like", ()))
+def _size_like(env: Any, leave_out: Callable[[Any], bool] = lambda symbol: False) -> set[sympy.Symbol]:
+    """The symbols of sizes: torch's size-like ones, and each one torch asserts is at most such a
+    size (torch 2.11 makes the head ``[:45]`` of an NMS's rows a new symbol ``u2 <= u1``); none
+    ``leave_out`` is true of."""
+    sizes = {s for s in getattr(env, "size_like", ()) if not leave_out(s)}
+    asserts = getattr(env, "deferred_runtime_asserts", None) or {}
+    grown = True
+    while grown:
+        grown = False
+        for symbol, kept in asserts.items():
+            if symbol not in sizes and not leave_out(symbol) and any(_at_most(a.expr, symbol, sizes) for a in kept):
+                sizes.add(symbol)
+                grown = True
+    return sizes
+
+
+def _at_most(expr: Any, symbol: Any, sizes: set[Any]) -> bool:
+    """Whether ``expr`` is ``symbol <= e`` with ``e`` of sizes only."""
+    bound = expr.rhs.free_symbols if isinstance(expr, sympy.LessThan) and expr.lhs == symbol else set()
+    return bool(bound) and bound <= sizes

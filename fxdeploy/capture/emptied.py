@@ -218,5 +218,5 @@ def _where(node: torch.fx.Node) -> str:
     return described(text_frames(node.meta.get("stack_trace") or ""))
 
 
-def _recorded(exprs: list[sympy.Basic]) -> str:
+def _recorded(exprs: list[sympy.Basic | str]) -> str:
     return "torch recorded " + ", ".join(f"`{e}`" for e in exprs)

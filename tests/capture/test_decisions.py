@@ -4,11 +4,14 @@ torch left no assert for it (fxdeploy.capture.decisions)."""
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
+import sympy
 import torch
 
 import fxdeploy
+from fxdeploy.capture import decisions
 from fxdeploy.errors import CaptureError
 
 
@@ -69,3 +72,20 @@ def test_an_int_read_from_a_tensor_used_as_a_size_still_lowers() -> None:
     for counts in ([1, 7], [2, 2], [8, 0]):
         n = torch.tensor(counts)
         assert torch.equal(deployed(x, n), model(x, n)), counts
+
+
+def test_torch_2_11s_symbol_for_the_head_of_selected_rows_is_a_size() -> None:
+    """torch 2.11 names ``nms(...)[:45]``'s rows anew (``u2``, asserted ``u2 <= u1``), not as
+    ``Min(45, u1)``: ``len(pred)`` of them was refused as a tensor's value, and their count, fixed by
+    that read, as a count the example decided. A symbol bounded by an item's value stays a value."""
+    u0, u1, u2, u3 = sympy.symbols("u0 u1 u2 u3", integer=True)
+    env = SimpleNamespace(
+        size_like={u1},
+        replacements={u2: sympy.Integer(30)},
+        deferred_runtime_asserts={u2: [SimpleNamespace(expr=u2 <= u1)], u3: [SimpleNamespace(expr=u3 <= u0)]},
+    )
+    assert decisions._size_like(env) == {u1, u2}
+    read = decisions.Decision(u2, 30, ())
+    assert decisions._head_read(u2, [read], env)
+    assert not decisions._head_read(u2, [read, decisions.Decision(u2 > 3, True, ())], env)  # a loop on it
+    assert not decisions._head_read(u3, [decisions.Decision(u3, 7, ())], env)
