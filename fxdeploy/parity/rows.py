@@ -90,10 +90,12 @@ class RowGroup:
 
 
 def group_rows(shapes: dict[int, tuple[tuple[int, ...], RowsSpec]]) -> list[RowGroup]:
-    """{output index: (reference shape, its spec)} -> the groups, in output order."""
-    groups: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
+    """{output index: (reference shape, its spec)} -> the groups, in output order. Rows of different
+    NMS calls never group: a list of per-image dicts holds each image's rows at the same padded size,
+    and grouped, the second image's fields were paired by the first image's boxes."""
+    groups: dict[tuple[int, int, tuple[int, ...], int | None], list[int]] = {}
     for index, (shape, spec) in shapes.items():
-        groups.setdefault((spec.tag, spec.dim, shape[: spec.dim + 1]), []).append(index)
+        groups.setdefault((spec.tag, spec.dim, shape[: spec.dim + 1], spec.nms), []).append(index)
     return [RowGroup(tuple(indices), _merged([shapes[i][1] for i in indices])) for indices in groups.values()]
 
 

@@ -92,6 +92,26 @@ def test_reduced_precision_still_compares_detections(precision: str, atol: float
         check([moved, scores, labels])
 
 
+def test_each_images_rows_pair_on_their_own_where_each_image_has_its_nms() -> None:
+    """A list of per-image dicts (``[{"boxes", "scores", "labels"}] * 2``, one NMS an image) holds
+    both images' rows at one padded size: grouped together, the second image's rows were paired by
+    the first image's boxes, and two tied detections the runtime kept in the other order (fp16)
+    were refused. Each NMS's rows pair on their own; a wrong detection is still refused."""
+    from fxdeploy.parity.rows import RowsSpec
+
+    first, second = (RowsSpec(0, "nms", iou_threshold=0.5, score_thresholds=(0.05,), nms=n) for n in (0, 1))
+    scores, labels = torch.tensor([0.9, 0.6, 0.6]), torch.tensor([1, 2, 2])
+    other = BOXES.flip(0) + 40.0
+    want = [BOXES, scores, labels, other, scores, labels]
+    swapped = [0, 2, 1]  # image 1's tied rows 1 and 2 in the other order
+    got = [BOXES, scores, labels, other[swapped], scores[swapped], labels[swapped]]
+    assert compare("example", [], got, want, 1e-2, "onnxruntime", [first] * 3 + [second] * 3, "fp16").max_abs_error == 0
+    moved = other[swapped].clone()
+    moved[0] += 8.0  # the top detection, tied with none
+    with pytest.raises(LoweringError, match=r"image 0 row"):
+        compare("example", [], [*got[:3], moved, *got[4:]], want, 1e-2, "onnxruntime", [first] * 3 + [second] * 3)
+
+
 def test_int8_pairs_most_detections_and_counts_the_rest() -> None:
     """INT8 may lose a detection or gain one (a flip at a threshold, an argmax between close classes):
     at least 95% of eager's must pair (label, IoU >= 0.9); the others are counted."""
