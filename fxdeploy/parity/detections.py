@@ -62,16 +62,27 @@ class DetectionComparison:
 
 def compare_detections(
     name: str, ref: Sequence[Detections], got: Sequence[Detections], iou: float = 0.99, score_atol: float = 1e-4,
-    field_tol: tuple[float, float] = (1e-4, 1e-3),
+    field_tol: tuple[float, float] = (1e-4, 1e-3), ctx: Context | None = None,
 ) -> DetectionComparison:
     """Scores to ``score_atol`` plus ``field_tol``'s rtol of the score (a second-stage softmax moves
     a 0.3 score by 3e-4 between runtimes: Faster R-CNN), other per-detection fields to ``field_tol``
-    (atol, rtol) element by element; the boxes are judged by their IoU alone."""
+    (atol, rtol) element by element; the boxes are judged by their IoU alone. ``ctx``: the rows'
+    NMS, whose rules excuse what float noise can flip (a score within ``score_atol`` of its
+    threshold); none excused without it."""
     if len(ref) != len(got):
         return DetectionComparison(name, [], iou, score_atol, f"{len(got)} image(s), expected {len(ref)}")
     rules = Rules(iou, Tolerance(score_atol, field_tol[1]), Tolerance(*field_tol))
-    images = [match_image(i, r, g, rules) for i, (r, g) in enumerate(zip(ref, got, strict=True))]
+    pairs = enumerate(zip(ref, got, strict=True))
+    images = [match_image(i, r, g, rules, _scaled(ctx, r, score_atol)) for i, (r, g) in pairs]
     return DetectionComparison(name, images, iou, score_atol)
+
+
+def _scaled(ctx: Context | None, ref: Detections, score_atol: float) -> Context | None:
+    """``ctx`` with two scores the same within ``score_atol`` of the image's largest score."""
+    if ctx is None:
+        return None
+    largest = float(ref.scores.double().abs().max()) if ref.scores is not None and len(ref) else 1.0
+    return dataclasses.replace(ctx, score_eps=score_atol * max(1.0, largest))
 
 
 def compare_row_tensor(
@@ -85,7 +96,5 @@ def compare_row_tensor(
     columns = columns_of(ref[None])
     rules = Rules(0.99, Tolerance(score_atol), Tolerance(*field_tol))
     want, have = as_rows(ref, columns), as_rows(got, columns)
-    largest = float(want.scores.double().abs().max()) if want.scores is not None and len(want) else 1.0
-    ctx = dataclasses.replace(ctx, score_eps=score_atol * max(1.0, largest))
-    match = match_image(0, want, have, rules, ctx)
+    match = match_image(0, want, have, rules, _scaled(ctx, want, score_atol))
     return DetectionComparison(name, [match], 0.99, score_atol)

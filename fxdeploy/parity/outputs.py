@@ -23,6 +23,9 @@ class Tolerances:
     rtol: float = 1e-3
     iou: float = 0.99
     score_atol: float = 1e-4
+    detections: Context | None = None
+    """The NMS a detection dict's rows come from (``rows.nms_context``): where given, what float
+    noise can flip is excused as in lower()'s check (a score near its threshold)."""
 
 
 def compare_outputs(
@@ -53,7 +56,8 @@ def _walk(path: str, ref: Any, got: Any, tol: Tolerances, out: list[Comparison],
             out.append(DetectionComparison(name, [], tol.iou, tol.score_atol,
                                            f"expected detections, got {_describe(got)}"))
             return
-        out.append(compare_detections(name, ref_dets[0], got_dets[0], tol.iou, tol.score_atol, (tol.atol, tol.rtol)))
+        out.append(compare_detections(name, ref_dets[0], got_dets[0], tol.iou, tol.score_atol, (tol.atol, tol.rtol),
+                                      tol.detections))
         if not ref_dets[1]:
             return
         if not isinstance(got, Mapping):

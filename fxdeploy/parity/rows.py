@@ -13,7 +13,7 @@ roles read off the reference (``row_columns``). A group without a role pairs wit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -97,6 +97,13 @@ def group_rows(shapes: dict[int, tuple[tuple[int, ...], RowsSpec]]) -> list[RowG
     for index, (shape, spec) in shapes.items():
         groups.setdefault((spec.tag, spec.dim, shape[: spec.dim + 1], spec.nms), []).append(index)
     return [RowGroup(tuple(indices), _merged([shapes[i][1] for i in indices])) for indices in groups.values()]
+
+
+def nms_context(specs: Sequence[RowsSpec | None]) -> Context | None:
+    """The context of the NMS rows among ``specs`` (their IoU threshold, every score threshold),
+    for detections compared outside the check's groups; None where no leaf holds an NMS's rows."""
+    held = [s for s in specs if s is not None and s.kind == "nms"]
+    return _merged(held).context(0.0) if held else None
 
 
 def _merged(specs: list[RowsSpec]) -> RowsSpec:

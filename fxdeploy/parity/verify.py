@@ -272,7 +272,7 @@ def against_original(
     from fxdeploy.capture.nested_encoder import eager_nested_quiet
     from fxdeploy.parity.outputs import Tolerances, compare_outputs
     from fxdeploy.parity.probe import row_paths
-    from fxdeploy.parity.rows import specs
+    from fxdeploy.parity.rows import nms_context, specs
 
     args, kwargs = pytree.tree_unflatten([x.clone() for x in flat], in_spec)  # eager may write into them
     with torch.no_grad(), eval_mode(model), eager_nested_quiet():
@@ -280,7 +280,8 @@ def against_original(
     result = deployed.call_flat(flat, unpack=False)
     visible = [leaf for leaf in deployed.manifest["output_leaves"] if leaf["kind"] not in ("hidden", "constant")]
     paths = row_paths(deployed.unpack, result, specs(visible), 0.0)
-    results = compare_outputs(want, deployed.unpack(result), Tolerances(atol=atol, score_atol=atol), rows=paths)
+    tolerances = Tolerances(atol=atol, score_atol=atol, detections=nms_context(specs(visible)))
+    results = compare_outputs(want, deployed.unpack(result), tolerances, rows=paths)
     wrong = [r for r in results if not r.ok]
     if wrong:
         raise LoweringError(
